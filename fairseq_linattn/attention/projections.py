@@ -1,0 +1,157 @@
+"""Linformer's sequence projections: n positions -> k compressed positions, along time only.
+
+Each projection maps ``x`` (T x B x C, padded positions already zeroed and padding moved to the end) to
+``(y, y_padding_mask)`` with y: K x B x C. ``y_padding_mask`` (B x K, True = empty) marks compressed
+positions that summarise padding only, so that attention can ignore them; it is None when none can be.
+
+* ``learned``: the paper's E / F, a k x n matrix. Shorter inputs use its first T columns, so a padded
+  batch gives exactly the unpadded result (zeroed pads meet columns that multiply zero).
+* ``mean`` / ``max``: pooling with kernel = stride = n / k (the paper's alternatives).
+* ``conv``: a depthwise convolution with kernel = stride = n / k: per-channel weights over each window, so
+  that, like E, it mixes positions and not channels (a full C x C x w kernel would cost C times more).
+"""
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+PROJECTIONS = {}
+
+
+def register_projection(name):
+    def register(cls):
+        PROJECTIONS[name] = cls
+        cls.kind = name
+        return cls
+
+    return register
+
+
+class SequenceProjection(nn.Module):
+    """Base: checks the length against ``max_positions`` with an error that names the fix."""
+
+    kind = "?"
+
+    def __init__(self, max_positions: int, compressed_length: int):
+        super().__init__()
+        if not 0 < compressed_length <= max_positions:
+            raise ValueError(
+                f"Linformer compressed length k={compressed_length} must be in [1, max_positions={max_positions}]; "
+                "check --compressed / --compressed-length"
+            )
+        self.max_positions = max_positions
+        self.compressed_length = compressed_length
+
+    def check_length(self, length: int):
+        if length > self.max_positions:
+            raise ValueError(
+                f"Linformer input has {length} positions but its projections were built for at most "
+                f"{self.max_positions} (--max-positions). Truncate the input (e.g. --tokens-per-sample / "
+                f"--truncate-sequence) or train a model with a larger --max-positions."
+            )
+
+    def forward(self, x: Tensor, padding_mask: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
+        raise NotImplementedError
+
+    def extra_repr(self):
+        return f"{self.kind}: n={self.max_positions} -> k={self.compressed_length}"
+
+
+@register_projection("learned")
+class LearnedProjection(SequenceProjection):
+    def __init__(self, max_positions: int, compressed_length: int, embed_dim: Optional[int] = None):
+        super().__init__(max_positions, compressed_length)
+        # named like fairseq's examples/linformer (compress_k.weight: k x n) so its checkpoints load as is
+        self.weight = nn.Parameter(torch.empty(compressed_length, max_positions))
+        nn.init.xavier_uniform_(self.weight, gain=1 / math.sqrt(2))
+
+    def forward(self, x, padding_mask):
+        self.check_length(x.size(0))
+        weight = self.weight[:, : x.size(0)].to(x.dtype)
+        # (B x C x T) @ (T x K) -> B x C x K -> K x B x C; one GEMM for the whole batch
+        y = torch.matmul(x.permute(1, 2, 0), weight.t()).permute(2, 0, 1)
+        return y, None
+
+
+class _WindowedProjection(SequenceProjection):
+    """Shared windowing for pooling and convolution: window = stride = max_positions // k."""
+
+    def __init__(self, max_positions: int, compressed_length: int, embed_dim: Optional[int] = None):
+        super().__init__(max_positions, compressed_length)
+        if max_positions % compressed_length != 0:
+            raise ValueError(
+                f"--compress-projection {self.kind} needs k={compressed_length} to divide "
+                f"max_positions={max_positions} (window = stride = n/k); pick k among its divisors"
+            )
+        self.window = max_positions // compressed_length
+
+    def windows(self, x: Tensor, padding_mask: Optional[Tensor]):
+        """x -> (B x C x T' with T' a multiple of the window, real-token count per window B x K' or None)."""
+        self.check_length(x.size(0))
+        xt = x.permute(1, 2, 0)
+        extra = -x.size(0) % self.window
+        if extra:
+            xt = F.pad(xt, (0, extra))
+        if padding_mask is None and not extra:
+            return xt, None
+        real = torch.ones(x.size(1), x.size(0), device=x.device) if padding_mask is None else (~padding_mask).float()
+        counts = F.pad(real, (0, extra)).view(x.size(1), -1, self.window).sum(-1)
+        return xt, counts
+
+    @staticmethod
+    def empty_windows(counts: Optional[Tensor]) -> Optional[Tensor]:
+        if counts is None:
+            return None
+        empty = counts == 0
+        return empty if bool(empty.any()) else None
+
+
+@register_projection("mean")
+class MeanPoolProjection(_WindowedProjection):
+    def forward(self, x, padding_mask):
+        xt, counts = self.windows(x, padding_mask)
+        sums = F.avg_pool1d(xt, self.window, self.window) * self.window
+        if counts is None:
+            y = sums / self.window
+        else:  # mean over the real tokens of each window (pads are zero); empty windows stay 0
+            y = sums / counts.clamp(min=1).unsqueeze(1).to(sums.dtype)
+        return y.permute(2, 0, 1), self.empty_windows(counts)
+
+
+@register_projection("max")
+class MaxPoolProjection(_WindowedProjection):
+    def forward(self, x, padding_mask):
+        xt, counts = self.windows(x, padding_mask)
+        if counts is not None:  # pads (and the tail filler) must never win the max
+            t = x.size(0)
+            pad = torch.ones(x.size(1), xt.size(-1), dtype=torch.bool, device=x.device)
+            pad[:, :t] = padding_mask if padding_mask is not None else False
+            xt = xt.masked_fill(pad.unsqueeze(1), float("-inf"))
+        y = F.max_pool1d(xt, self.window, self.window)
+        empty = self.empty_windows(counts)
+        if empty is not None:
+            y = y.masked_fill(empty.unsqueeze(1), 0.0)
+        return y.permute(2, 0, 1), empty
+
+
+@register_projection("conv")
+class ConvProjection(_WindowedProjection):
+    def __init__(self, max_positions: int, compressed_length: int, embed_dim: Optional[int] = None):
+        super().__init__(max_positions, compressed_length)
+        if embed_dim is None:
+            raise ValueError("the conv projection needs embed_dim")
+        self.weight = nn.Parameter(torch.empty(embed_dim, 1, self.window))
+        nn.init.xavier_uniform_(self.weight, gain=1 / math.sqrt(2))
+
+    def forward(self, x, padding_mask):
+        xt, counts = self.windows(x, padding_mask)
+        y = F.conv1d(xt, self.weight.to(x.dtype), stride=self.window, groups=xt.size(1))
+        return y.permute(2, 0, 1), self.empty_windows(counts)
+
+
+def build_projection(kind: str, max_positions: int, compressed_length: int, embed_dim: int) -> SequenceProjection:
+    if kind not in PROJECTIONS:
+        raise ValueError(f"unknown --compress-projection {kind!r}; choose one of {sorted(PROJECTIONS)}")
+    return PROJECTIONS[kind](max_positions, compressed_length, embed_dim=embed_dim)

@@ -1,0 +1,30 @@
+"""fairseq_linattn: linear-complexity self-attention (Linformer, kernelized linear attention) for fairseq."""
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq_linattn",
+    version="0.1.0",
+    description="Linformer and linear-transformer attention as a fairseq plugin",
+    long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    packages=find_packages(include=["fairseq_linattn", "fairseq_linattn.*"]),
+    package_data={"fairseq_linattn": ["config/**/*.yaml"]},
+    include_package_data=True,
+    install_requires=[
+        # fairseq 0.12.2 does not install on Python 3.11; this is its 3.11 build. Its own build needs
+        # torch: install torch first and this with --no-build-isolation (scripts/bootstrap.sh does).
+        "fairseq-fixed==0.12.3.1",
+        "torch>=2.0",
+        "sentencepiece",
+        "sacrebleu",
+        "omegaconf>=2.3",
+        "hydra-core>=1.3",
+    ],
+    extras_require={"dev": ["pytest", "matplotlib"]},
+    entry_points={
+        "console_scripts": [
+            "fairseq-linattn-hydra-train = fairseq_linattn.cli.hydra_train:cli_main",
+        ]
+    },
+)
