@@ -148,7 +148,7 @@ class LinformerEncoderLayer(EncoderLayer):
         if attn._shared is not None:
             # examples/linformer stores the layerwise projection again under every layer; ours lives once
             # in the encoder (compress_layer)
-            for key in ("compress_k.weight", "compress_v.weight"):
+            for key in ("compress_k.weight", "compress_k.bias", "compress_v.weight", "compress_v.bias"):
                 state_dict.pop(f"{prefix}self_attn.{key}", None)
         else:
             check_projection_size(state_dict, f"{prefix}self_attn.compress_k.weight", attn.compress_k)

@@ -1,0 +1,64 @@
+"""``fairseq-linattn-hydra-train``: fairseq-hydra-train with this plugin loaded first.
+
+Plain fairseq-hydra-train composes its config before it imports ``common.user_dir``, so it cannot know our
+models at composition time. This wrapper imports the plugin, then:
+
+* turns ``model=<one of our archs>`` into ``++model._name=<arch>`` (a config's own ``model._name`` would
+  otherwise win over the group selection, and our archs have no YAML in fairseq's config folder);
+* adds ``common.user_dir=<this package>`` unless given, so checkpoints and fairseq's spawned workers
+  import the plugin too;
+* finds the package's shipped configs: ``--config-name pretraining/linformer_base`` works without
+  ``--config-dir``.
+"""
+import os
+import sys
+from typing import List
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG_DIR = os.path.join(PACKAGE_DIR, "config")
+
+
+def our_archs() -> List[str]:
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    return sorted(a for a, m in ARCH_MODEL_REGISTRY.items() if m.__module__.startswith("fairseq_linattn."))
+
+
+def rewrite_overrides(argv: List[str]) -> List[str]:
+    archs = set(our_archs())
+    out = []
+    for arg in argv:
+        key, sep, value = arg.partition("=")
+        if sep and key.lstrip("+") == "model" and value in archs:
+            arg = f"++model._name={value}"
+        out.append(arg)
+    if not any(a.lstrip("+").startswith("common.user_dir=") for a in out):
+        out.append(f"common.user_dir={PACKAGE_DIR}")
+    return use_shipped_configs(out)
+
+
+def use_shipped_configs(argv: List[str]) -> List[str]:
+    """``--config-name pretraining/linformer_base`` without ``--config-dir`` means our shipped config.
+
+    fairseq attaches its config schema by config *name*, so the folder must go into ``--config-dir``."""
+    if any(a in ("--config-dir", "-cd") or a.startswith("--config-dir=") for a in argv):
+        return argv
+    for flag in ("--config-name", "-cn"):
+        if flag in argv and argv.index(flag) + 1 < len(argv):
+            i = argv.index(flag)
+            folder, name = os.path.split(argv[i + 1])
+            if os.path.exists(os.path.join(CONFIG_DIR, folder, name + ".yaml")):
+                return argv[:i] + ["--config-dir", os.path.join(CONFIG_DIR, folder), flag, name] + argv[i + 2 :]
+    return argv
+
+
+def cli_main():
+    import fairseq_linattn  # noqa: F401  (registers our models before hydra composes)
+    from fairseq_cli import hydra_train
+
+    sys.argv = [sys.argv[0]] + rewrite_overrides(sys.argv[1:])
+    hydra_train.cli_main()
+
+
+if __name__ == "__main__":
+    cli_main()
