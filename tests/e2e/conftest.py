@@ -49,3 +49,17 @@ def mlm_data(text_corpus, tmp_path_factory):
         "--destdir", dest, "--workers", "1", "--thresholdsrc", "2")
     assert (dest / "dict.txt").exists() and (dest / "train.bin").exists()
     return dest
+
+
+@pytest.fixture(scope="session")
+def spm_data(text_corpus, tmp_path_factory):
+    """sentencepiece-tokenised data-bin (the offline replacement for GPT-2 BPE) and its model file."""
+    from fairseq_linattn.data.spm import encode_file, train_sentencepiece
+
+    root = tmp_path_factory.mktemp("spm")
+    model = train_sentencepiece([text_corpus / "train.txt"], root / "spm", vocab_size=300)
+    for split in ("train", "valid", "test"):
+        encode_file(model, text_corpus / f"{split}.txt", root / f"{split}.spm")
+    run("fairseq-preprocess", "--only-source", "--trainpref", root / "train.spm", "--validpref",
+        root / "valid.spm", "--testpref", root / "test.spm", "--destdir", root / "bin", "--workers", "1")
+    return root / "bin", model
