@@ -6,6 +6,7 @@ troubleshooting section.
 """
 import logging
 import os
+import random
 import types
 
 import torch
@@ -52,16 +53,67 @@ def _torchrun_init_without_cuda(original):
     return infer
 
 
+def _ddp_accepting_cpu_modules():
+    """fairseq always passes ``device_ids=[device_id]`` to DistributedDataParallel, which torch rejects for a
+    CPU module (gloo training with ``--cpu``). For CPU modules the ids are dropped, as torch asks."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    class CpuFriendlyDistributedDataParallel(DistributedDataParallel):
+        def __init__(self, module, device_ids=None, output_device=None, **kwargs):
+            if all(p.device.type == "cpu" for p in module.parameters()):
+                device_ids = output_device = None
+            super().__init__(module, device_ids=device_ids, output_device=output_device, **kwargs)
+
+    return CpuFriendlyDistributedDataParallel
+
+
+def _call_main_spawning_cpu_workers(original):
+    """``--cpu --distributed-world-size N`` without torchrun: fairseq spawns ``min(cuda devices, N)`` workers,
+    i.e. none on a CPU-only machine, and returns having trained nothing. Spawn N CPU workers instead, through
+    fairseq's own ``distributed_main`` (each worker imports ``--user-dir`` again before building the model)."""
+
+    def call_main(cfg, main, **kwargs):
+        from fairseq.distributed import utils as distributed_utils
+
+        dist = cfg.distributed_training
+        launched_by_torchrun = all(k in os.environ for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"))
+        if (
+            torch.cuda.is_available()
+            or not cfg.common.cpu
+            or dist.distributed_world_size <= 1
+            or dist.distributed_init_method is not None
+            or dist.distributed_no_spawn
+            or launched_by_torchrun
+        ):
+            return original(cfg, main, **kwargs)
+        port = dist.distributed_port if dist.distributed_port > 0 else random.randint(10000, 20000)
+        dist.distributed_init_method = f"tcp://localhost:{port}"
+        kwargs["start_rank"] = dist.distributed_rank or 0
+        dist.distributed_rank = None  # assigned per worker by distributed_main
+        torch.multiprocessing.spawn(
+            fn=distributed_utils.distributed_main,
+            args=(main, cfg, kwargs),
+            nprocs=dist.distributed_world_size,
+            join=True,
+        )
+
+    call_main.__wrapped__ = original
+    return call_main
+
+
 def apply_fairseq_fixes():
     global _APPLIED
     if _APPLIED:
         return
     from fairseq import checkpoint_utils
     from fairseq.distributed import utils as distributed_utils
+    from fairseq.models import distributed_fairseq_model
 
     if checkpoint_utils.torch is torch:
         checkpoint_utils.torch = _TrustedCheckpointTorch("torch")
     distributed_utils._infer_torch_distributed_launch_init = _torchrun_init_without_cuda(
         distributed_utils._infer_torch_distributed_launch_init
     )
+    distributed_fairseq_model.DistributedDataParallel = _ddp_accepting_cpu_modules()
+    distributed_utils.call_main = _call_main_spawning_cpu_workers(distributed_utils.call_main)
     _APPLIED = True
