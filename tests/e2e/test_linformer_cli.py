@@ -65,12 +65,12 @@ def test_hydra_train_with_shipped_config(mlm_data, tmp_path):
                  "dataset.batch_size=8", "dataset.num_workers=0", "common.seed=1"]
     config_dir = os.path.join(USER_DIR, "config", "pretraining")
     log = run("fairseq-hydra-train", "--config-dir", config_dir, "--config-name", "linformer_base",
-              f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={tmp_path / 'plain'}", *overrides)
+              f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={tmp_path / 'plain'}", *overrides, cwd=tmp_path)
     assert "LearnedProjection(learned: n=64 -> k=8)" in log
     valid_loss(log)
     log = run("fairseq-linattn-hydra-train", "--config-name", "pretraining/linformer_base",
               "model=linformer_roberta_large", f"checkpoint.save_dir={tmp_path / 'wrapped'}", *overrides,
-              "model.shared_layer_kv_compressed=1")
+              "model.shared_layer_kv_compressed=1", cwd=tmp_path)
     assert "'_name': 'linformer_roberta_large'" in log
     valid_loss(log)
     assert (tmp_path / "wrapped" / "checkpoint_last.pt").exists()
