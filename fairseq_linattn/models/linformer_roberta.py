@@ -11,15 +11,15 @@ from typing import List, Optional
 
 import torch
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.roberta import RobertaEncoder, RobertaModel, init_bert_params
+from fairseq.models.roberta import RobertaModel
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from fairseq.models.roberta.model import roberta_large_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerEncoder
-from omegaconf import OmegaConf
 
 from ..attention import LinformerAttention, PROJECTIONS, build_projection
 from .layers import EncoderLayer, wrap_layer
 from .options import option, per_layer
+from .roberta import SwappedAttentionRobertaEncoder, SwappedAttentionRobertaModel
 
 logger = logging.getLogger(__name__)
 
@@ -171,11 +171,8 @@ def check_projection_size(state_dict, key, projection):
         )
 
 
-class LinformerRobertaEncoder(RobertaEncoder):
-    def build_encoder(self, args, dictionary, embed_tokens):
-        encoder = LinformerTransformerEncoder(args, dictionary, embed_tokens)
-        encoder.apply(init_bert_params)  # as RoBERTa; it re-initialises nn.Linear/Embedding, not projections
-        return encoder
+class LinformerRobertaEncoder(SwappedAttentionRobertaEncoder):
+    sentence_encoder_class = LinformerTransformerEncoder
 
     def upgrade_state_dict_named(self, state_dict, name):
         super().upgrade_state_dict_named(state_dict, name)
@@ -183,7 +180,9 @@ class LinformerRobertaEncoder(RobertaEncoder):
 
 
 @register_model("linformer_roberta")
-class LinformerRobertaModel(RobertaModel):
+class LinformerRobertaModel(SwappedAttentionRobertaModel):
+    encoder_class = LinformerRobertaEncoder
+
     @staticmethod
     def add_args(parser):
         RobertaModel.add_args(parser)
@@ -191,25 +190,8 @@ class LinformerRobertaModel(RobertaModel):
 
     @classmethod
     def build_model(cls, args, task):
-        # RobertaModel.build_model, with the Linformer encoder
-        if OmegaConf.is_config(args):
-            OmegaConf.set_struct(args, False)
-        base_architecture(args)
-        if option(args, "max_positions") is None:
-            if option(args, "tokens_per_sample") is None:
-                args.tokens_per_sample = task.max_positions()
-            args.max_positions = args.tokens_per_sample
-        encoder = LinformerRobertaEncoder(args, task.source_dictionary)
-        if OmegaConf.is_config(args):
-            OmegaConf.set_struct(args, True)
-        return cls(args, encoder)
-
-    @classmethod
-    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".",
-                        bpe="sentencepiece", **kwargs):
-        """fairseq's hub loader; the default tokenizer is sentencepiece (``sentencepiece.bpe.model`` beside the
-        checkpoint is picked up by fairseq, or pass ``sentencepiece_model=``), since GPT-2 BPE needs a download."""
-        return super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, bpe=bpe, **kwargs)
+        base_architecture(args)  # the Linformer defaults, also for configs that name no arch
+        return super().build_model(args, task)
 
 
 def _linformer_defaults(args):

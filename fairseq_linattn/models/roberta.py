@@ -1,0 +1,46 @@
+"""RoBERTa with a different self-attention: the shared plumbing of linformer_roberta and linear_roberta.
+
+fairseq's ``RobertaModel.build_model`` names ``RobertaEncoder`` and ``RobertaEncoder.build_encoder`` names
+``TransformerEncoder``; these subclasses make both choices class attributes, so a model only says which
+sentence encoder (i.e. which attention) it uses.
+"""
+from fairseq.models.roberta import RobertaEncoder, RobertaModel, init_bert_params
+from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
+from omegaconf import OmegaConf
+
+from .options import option
+
+
+class SwappedAttentionRobertaEncoder(RobertaEncoder):
+    sentence_encoder_class = None  # a TransformerEncoder subclass
+
+    def build_encoder(self, args, dictionary, embed_tokens):
+        encoder = self.sentence_encoder_class(args, dictionary, embed_tokens)
+        encoder.apply(init_bert_params)  # as RoBERTa: re-initialises nn.Linear / nn.Embedding weights
+        return encoder
+
+
+class SwappedAttentionRobertaModel(RobertaModel):
+    encoder_class = None  # a SwappedAttentionRobertaEncoder subclass
+
+    @classmethod
+    def build_model(cls, args, task):
+        # RobertaModel.build_model, with our encoder class
+        if OmegaConf.is_config(args):
+            OmegaConf.set_struct(args, False)
+        roberta_base_architecture(args)
+        if option(args, "max_positions") is None:
+            if option(args, "tokens_per_sample") is None:
+                args.tokens_per_sample = task.max_positions()
+            args.max_positions = args.tokens_per_sample
+        encoder = cls.encoder_class(args, task.source_dictionary)
+        if OmegaConf.is_config(args):
+            OmegaConf.set_struct(args, True)
+        return cls(args, encoder)
+
+    @classmethod
+    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".",
+                        bpe="sentencepiece", **kwargs):
+        """fairseq's hub loader; the default tokenizer is sentencepiece (``sentencepiece.bpe.model`` beside the
+        checkpoint is picked up by fairseq, or pass ``sentencepiece_model=``), since GPT-2 BPE needs a download."""
+        return super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, bpe=bpe, **kwargs)
