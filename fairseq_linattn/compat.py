@@ -9,6 +9,7 @@ import os
 import random
 import types
 
+import numpy
 import torch
 
 logger = logging.getLogger(__name__)
@@ -34,6 +35,17 @@ class _TrustedCheckpointTorch(types.ModuleType):
     def load(f, *args, **kwargs):
         kwargs.setdefault("weights_only", False)
         return torch.load(f, *args, **kwargs)
+
+
+class _Numpy2CompatNumpy(types.ModuleType):
+    """Stands in for ``numpy`` in the two fairseq data modules that still spell ``np.compat.long`` (removed in
+    numpy 2): LM datasets with ``--sample-break-mode eos`` (fairseq-generate on a language model) and
+    language-pair datasets would fail with AttributeError. ``np.compat.long`` was ``int`` (int64 here)."""
+
+    compat = types.SimpleNamespace(long=int)
+
+    def __getattr__(self, name):
+        return getattr(numpy, name)
 
 
 def _torchrun_init_without_cuda(original):
@@ -114,6 +126,11 @@ def apply_fairseq_fixes():
     distributed_utils._infer_torch_distributed_launch_init = _torchrun_init_without_cuda(
         distributed_utils._infer_torch_distributed_launch_init
     )
+    if not hasattr(numpy, "compat"):
+        from fairseq.data import language_pair_dataset, token_block_dataset
+
+        for module in (token_block_dataset, language_pair_dataset):
+            module.np = _Numpy2CompatNumpy("numpy")
     distributed_fairseq_model.DistributedDataParallel = _ddp_accepting_cpu_modules()
     distributed_utils.call_main = _call_main_spawning_cpu_workers(distributed_utils.call_main)
     _APPLIED = True

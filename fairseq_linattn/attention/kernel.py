@@ -1,0 +1,137 @@
+"""Kernelized linear self-attention (Katharopoulos et al. 2020, "Transformers are RNNs") for fairseq.
+
+softmax(q k^T) v becomes φ(q) (φ(k)^T v) / (φ(q) Σ φ(k)): linear in the length, and in causal mode an RNN
+whose state (M x (D+1) per head) replaces the key/value cache during generation, constant in the position.
+This module only does projections, feature maps, masking and state; the math is in :mod:`.causal`.
+
+* Padding is exact: the feature rows of padded keys (and their values) are zeroed, which removes them from
+  both the numerator and the normaliser.
+* Causal mode takes fairseq's T x T future mask (or None) and ignores its content: causality is built in.
+* Attention dropout does not apply: there is no probability matrix to drop from. ``dropout`` is accepted for
+  fairseq's call signature and logs a warning once when nonzero.
+* ``need_weights`` returns the attention matrix the linear form computes implicitly (B x H x T x S,
+  quadratic): for inspection only, not available while decoding incrementally.
+"""
+import functools
+import logging
+from typing import Optional, Union
+
+import torch
+from torch import Tensor
+
+from .base import SelfAttention
+from .causal import (
+    causal_linear_attention,
+    linear_attention,
+    linear_attention_weights,
+    recurrent_linear_attention_step,
+)
+from .feature_maps import FeatureMap, build_feature_map
+
+logger = logging.getLogger(__name__)
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_dropout_ignored():
+    logger.warning(
+        "kernel (linear) attention has no attention probabilities to drop: attention dropout is ignored "
+        "(use --dropout / --activation-dropout for regularisation)"
+    )
+
+
+class KernelAttention(SelfAttention):
+    """Multi-head linear attention with a feature map given by name (``favor`` options pass through
+    ``feature_map_options``, e.g. ``num_features``, ``redraw_interval``, ``seed``) or as a module."""
+
+    STATE_KEY = "linear_state"
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        feature_map: Union[str, FeatureMap] = "elu",
+        causal: bool = False,
+        chunk_size: int = 64,
+        eps: float = 1e-6,
+        dropout: float = 0.0,
+        bias: bool = True,
+        q_noise: float = 0.0,
+        qn_block_size: int = 8,
+        **feature_map_options,
+    ):
+        super().__init__(embed_dim, num_heads, dropout, bias, q_noise, qn_block_size)
+        if isinstance(feature_map, str):
+            feature_map = build_feature_map(feature_map, self.head_dim, **feature_map_options)
+        elif feature_map_options:
+            raise ValueError(f"feature map options {sorted(feature_map_options)} need a feature map name")
+        self.feature_map = feature_map
+        self.causal = causal
+        self.chunk_size = chunk_size
+        self.eps = eps
+        if dropout > 0:
+            _warn_dropout_ignored()
+
+    def attend(self, query, padding_mask, attn_mask, incremental_state, need_weights):
+        length = query.size(0)
+        self.check_attn_mask(attn_mask, length, incremental_state is not None)
+        q = self.feature_map(self.split_heads(self.q_proj(query)), is_query=True).contiguous()
+        k = self.feature_map(self.split_heads(self.k_proj(query)), is_query=False)
+        v = self.split_heads(self.v_proj(query))
+        if padding_mask is not None:
+            # filled rather than multiplied by 0: a pad whose values overflowed (inf * 0 = nan) is removed too
+            pads = padding_mask[:, None, :, None]  # B x 1 x T x 1
+            k, v = k.masked_fill(pads, 0.0), v.masked_fill(pads, 0.0)
+        k, v = k.contiguous(), v.contiguous()
+
+        if incremental_state is not None:
+            if need_weights:
+                raise ValueError(
+                    "attention weights are not available while decoding incrementally: the recurrent state "
+                    "summarises the past keys instead of keeping them"
+                )
+            out = self.decode(q, k, v, incremental_state)
+        elif self.causal:
+            out = causal_linear_attention(q, k, v, self.chunk_size, eps=self.eps)
+        else:
+            out = linear_attention(q, k, v, self.eps)
+        weights = linear_attention_weights(q, k, self.causal, self.eps).to(query.dtype) if need_weights else None
+        return self.out_proj(self.merge_heads(out)), weights
+
+    def decode(self, q: Tensor, k: Tensor, v: Tensor, incremental_state) -> Tensor:
+        """Continue from the state buffered for this layer (B x H x M x (D+1), fp32, batch first so that the
+        base class's ``reorder_incremental_state`` serves beam search) and buffer the new one."""
+        buffer = self._get_input_buffer(incremental_state)
+        state = buffer.get(self.STATE_KEY)
+        if state is None:
+            b, h, _, m = q.shape
+            state = q.new_zeros(b, h, m, v.size(-1) + 1, dtype=torch.float32)
+        if q.size(2) == 1:
+            out, state = recurrent_linear_attention_step(q, k, v, state, self.eps)
+        else:  # a prompt: the chunked op, continued from the state
+            out, state = causal_linear_attention(
+                q, k, v, self.chunk_size, initial_state=state, eps=self.eps, return_state=True
+            )
+        buffer[self.STATE_KEY] = state
+        self._set_input_buffer(incremental_state, buffer)
+        return out
+
+    def check_attn_mask(self, attn_mask: Optional[Tensor], length: int, incremental: bool):
+        if incremental and not self.causal:
+            raise ValueError(
+                "incremental decoding needs causal kernel attention (KernelAttention(..., causal=True))"
+            )
+        if attn_mask is None:
+            return
+        if not self.causal:
+            raise ValueError(
+                "non-causal kernel attention takes no attn_mask (only key_padding_mask); an arbitrary mask "
+                "cannot be applied to a linear attention. Build the layer with causal=True for a decoder."
+            )
+        if tuple(attn_mask.shape) != (length, length):
+            raise ValueError(
+                f"causal kernel attention expects fairseq's ({length}, {length}) future mask, got attn_mask of "
+                f"shape {tuple(attn_mask.shape)}; causality is built in, other masks are not supported"
+            )
+
+    def extra_repr(self):
+        return f"causal={self.causal}, chunk_size={self.chunk_size}, eps={self.eps}"

@@ -1,0 +1,188 @@
+"""The linear-attention ops against their quadratic references: outputs, gradients, states, dtypes."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fairseq_linattn.attention import causal
+from fairseq_linattn.attention.causal import (
+    causal_linear_attention,
+    causal_linear_attention_reference,
+    linear_attention,
+    linear_attention_reference,
+    recurrent_linear_attention_step,
+)
+
+
+def features(*shape, dtype=torch.float32, generator=None):
+    """Positive features, like φ(x) = elu(x) + 1."""
+    return F.elu(torch.randn(*shape, generator=generator, dtype=dtype)) + 1
+
+
+def make_qkv(batch=2, heads=3, length=50, m=8, d=6, dtype=torch.float32, requires_grad=False):
+    q = features(batch, heads, length, m, dtype=dtype)
+    k = features(batch, heads, length, m, dtype=dtype)
+    v = torch.randn(batch, heads, length, d, dtype=dtype)
+    return [x.requires_grad_(requires_grad) for x in (q, k, v)]
+
+
+def state_of(k, v):
+    """The state after all of (k, v), straight from its definition: Σ_j k_j [v_j, 1]^T."""
+    return torch.einsum("bhtm,bhtd->bhmd", k.double(), F.pad(v.double(), (0, 1), value=1.0)).float()
+
+
+def rel_diff(a, b):
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@pytest.fixture(params=[32, causal.ROWS_PER_BLOCK], ids=["small-blocks", "default-blocks"])
+def rows_per_block(request, monkeypatch):
+    """Small blocks send every length through the multi-block path (states carried between blocks, runs of
+    chunks inside one sequence); the default puts short sequences of several heads in one block."""
+    monkeypatch.setattr(causal, "ROWS_PER_BLOCK", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("length", [1, 63, 65, 200])
+@pytest.mark.parametrize("chunk_size", [5, 16, 64])
+def test_chunked_matches_reference(length, chunk_size, rows_per_block):
+    """In float64, so that even gradients that are nearly zero (dq at length 1 is of the order of eps) compare
+    tightly; float32 accuracy is checked by the tests below."""
+    q, k, v = make_qkv(length=length, dtype=torch.float64, requires_grad=True)
+    out = causal_linear_attention(q, k, v, chunk_size=chunk_size)
+    ref = causal_linear_attention_reference(q, k, v)
+    assert out.shape == ref.shape == v.shape
+    assert rel_diff(out, ref) < 1e-12
+    grad = torch.randn_like(out)
+    ours = torch.autograd.grad(out, (q, k, v), grad)
+    theirs = torch.autograd.grad(ref, (q, k, v), grad)
+    for name, a, b in zip("qkv", ours, theirs):
+        assert rel_diff(a, b) < 1e-8, name
+
+
+@pytest.mark.parametrize("length", [63, 200])
+def test_chunked_matches_reference_float32(length):
+    q, k, v = make_qkv(length=length, requires_grad=True)
+    out = causal_linear_attention(q, k, v, chunk_size=16)
+    ref = causal_linear_attention_reference(q, k, v)
+    assert rel_diff(out, ref) < 1e-5
+    grad = torch.randn_like(out)
+    ours = torch.autograd.grad(out, (q, k, v), grad)
+    theirs = torch.autograd.grad(ref, (q, k, v), grad)
+    for name, a, b in zip("qkv", ours, theirs):
+        assert rel_diff(a, b) < 1e-5, name
+
+
+def test_initial_state_continues_a_prefix(rows_per_block):
+    """Starting from the prefix's state gives the reference's outputs for the suffix of prefix + suffix, with
+    gradients reaching the prefix through the state, and the final state of the whole."""
+    q, k, v = make_qkv(length=70, requires_grad=True)
+    cut = 30
+    state = state_of(k[:, :, :cut], v[:, :, :cut])
+    out, final = causal_linear_attention(
+        q[:, :, cut:], k[:, :, cut:], v[:, :, cut:], chunk_size=16, initial_state=state, return_state=True
+    )
+    ref = causal_linear_attention_reference(q, k, v)[:, :, cut:]
+    assert rel_diff(out, ref) < 1e-5
+    assert rel_diff(final, state_of(k, v)) < 1e-5
+    grad = torch.randn_like(out)
+    ours = torch.autograd.grad(out, (q, k, v), grad)
+    theirs = torch.autograd.grad(ref, (q, k, v), grad)
+    for name, a, b in zip("qkv", ours, theirs):
+        assert rel_diff(a, b) < 1e-5, name
+
+
+def test_two_chained_calls_equal_one(rows_per_block):
+    q, k, v = make_qkv(length=150)
+    whole, whole_state = causal_linear_attention(q, k, v, chunk_size=32, return_state=True)
+    first, state = causal_linear_attention(q[:, :, :77], k[:, :, :77], v[:, :, :77], chunk_size=32, return_state=True)
+    second, final = causal_linear_attention(
+        q[:, :, 77:], k[:, :, 77:], v[:, :, 77:], chunk_size=32, initial_state=state, return_state=True
+    )
+    assert rel_diff(torch.cat([first, second], 2), whole) < 1e-6
+    assert rel_diff(final, whole_state) < 1e-6
+
+
+@pytest.mark.parametrize("length,chunk_size,rows", [(7, 3, 6), (9, 4, 512), (5, 8, 512)])
+def test_gradcheck_float64(length, chunk_size, rows, monkeypatch):
+    """The hand-written backward, including the gradients of the initial state and of the final state."""
+    monkeypatch.setattr(causal, "ROWS_PER_BLOCK", rows)
+    q, k, v = make_qkv(batch=1, heads=2, length=length, m=3, d=2, dtype=torch.float64, requires_grad=True)
+    state = torch.rand(1, 2, 3, 3, dtype=torch.float64, requires_grad=True)
+
+    def op(q, k, v, state):
+        return causal_linear_attention(q, k, v, chunk_size, initial_state=state, return_state=True)
+
+    assert torch.autograd.gradcheck(op, (q, k, v, state))
+
+
+def test_recurrent_steps_equal_parallel():
+    q, k, v = make_qkv(length=40)
+    parallel = causal_linear_attention(q, k, v, chunk_size=16)
+    state = torch.zeros(2, 3, 8, 7)
+    outs = []
+    for t in range(40):
+        out, state = recurrent_linear_attention_step(q[:, :, t : t + 1], k[:, :, t : t + 1], v[:, :, t : t + 1], state)
+        outs.append(out)
+    assert (torch.cat(outs, 2) - parallel).abs().max() < 1e-5
+    assert rel_diff(state, state_of(k, v)) < 1e-5
+
+
+def test_recurrent_step_of_several_tokens():
+    q, k, v = make_qkv(length=12)
+    state = state_of(k[:, :, :5], v[:, :, :5])
+    out, new_state = recurrent_linear_attention_step(q[:, :, 5:], k[:, :, 5:], v[:, :, 5:], state)
+    assert rel_diff(out, causal_linear_attention_reference(q, k, v)[:, :, 5:]) < 1e-5
+    assert rel_diff(new_state, state_of(k, v)) < 1e-5
+
+
+def test_non_causal_matches_reference():
+    q, k, v = make_qkv(length=33, requires_grad=True)
+    out, ref = linear_attention(q, k, v), linear_attention_reference(q, k, v)
+    assert rel_diff(out, ref) < 1e-5
+    grad = torch.randn_like(out)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
+        assert rel_diff(a, b) < 1e-5
+
+
+# Half precision. The ops compute in fp32 and round only their result (and autograd the gradients) to the input
+# dtype, so against an fp32 reference on the same rounded inputs the error is one rounding: unit roundoff
+# 2^-11 = 4.9e-4 for fp16, 2^-8 = 3.9e-3 for bf16, less in norm. The bounds below (flash-linear-attention's
+# 1e-3 / 5e-3) would be exceeded many times over by fp16/bf16 accumulation over hundreds of positions.
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float16, 1e-3), (torch.bfloat16, 5e-3)])
+@pytest.mark.parametrize("mode", ["causal", "non-causal"])
+def test_half_precision_inputs(dtype, tolerance, mode):
+    q, k, v = (x.to(dtype).requires_grad_() for x in make_qkv(length=300, m=16, d=16))
+    op, reference = {
+        "causal": (causal_linear_attention, causal_linear_attention_reference),
+        "non-causal": (linear_attention, linear_attention_reference),
+    }[mode]
+    out = op(q, k, v)
+    assert out.dtype == dtype
+    q32, k32, v32 = (x.detach().float().requires_grad_() for x in (q, k, v))
+    ref = reference(q32, k32, v32)
+    assert rel_diff(out, ref) < tolerance
+    grad = torch.randn_like(ref)
+    ours = torch.autograd.grad(out, (q, k, v), grad.to(dtype))
+    theirs = torch.autograd.grad(ref, (q32, k32, v32), grad)
+    for name, a, b in zip("qkv", ours, theirs):
+        assert a.dtype == dtype
+        assert rel_diff(a, b) < 2 * tolerance, name  # two roundings: the incoming gradient and the result
+
+
+def test_fp16_normaliser_does_not_overflow():
+    """Σ_j k_j over 4096 positions of features around 20 exceeds fp16's maximum (65504) by far."""
+    q, k, v = make_qkv(batch=1, heads=1, length=4096, m=4, d=4)
+    k = 20 * k
+    out = causal_linear_attention(q.half(), k.half(), v.half())
+    assert torch.isfinite(out).all()
+    assert rel_diff(out, causal_linear_attention_reference(q.half().float(), k.half().float(), v.half().float())) < 1e-3
+
+
+def test_shape_errors():
+    q, k, v = make_qkv(length=10)
+    with pytest.raises(ValueError, match="same leading dims"):
+        causal_linear_attention(q, k[:, :, :9], v)
+    with pytest.raises(ValueError, match=r"\(\.\.\., M, D\+1\)"):
+        causal_linear_attention(q, k, v, initial_state=torch.zeros(2, 3, 8, 6))
+    with pytest.raises(ValueError, match="chunk_size"):
+        causal_linear_attention(q, k, v, chunk_size=0)
