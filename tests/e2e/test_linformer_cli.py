@@ -76,18 +76,25 @@ def test_hydra_train_with_shipped_config(mlm_data, tmp_path):
     assert (tmp_path / "wrapped" / "checkpoint_last.pt").exists()
 
 
-def test_sentence_prediction_finetuning(mlm_data, pretrained, text_corpus, tmp_path):
-    """RoBERTa's GLUE recipe on a real binary task: does a docstring sentence end with a period?"""
-    dest = tmp_path / "cls-bin"
+@pytest.fixture(scope="module")
+def cls_data(mlm_data, text_corpus, tmp_path_factory):
+    """A real binary task from the corpus: is a docstring sentence longer than 12 words?"""
+    root = tmp_path_factory.mktemp("cls")
+    dest = root / "cls-bin"
     lines = (text_corpus / "train.txt").read_text().splitlines()
     for split, rows in {"train": lines[:300], "valid": lines[300:400]}.items():
-        (tmp_path / f"{split}.input0").write_text("\n".join(r.rstrip(" .") for r in rows) + "\n")
-        (tmp_path / f"{split}.label").write_text("\n".join(str(int(len(r.split()) > 12)) for r in rows) + "\n")
-    run("fairseq-preprocess", "--only-source", "--trainpref", tmp_path / "train.input0", "--validpref",
-        tmp_path / "valid.input0", "--destdir", dest / "input0", "--srcdict", mlm_data / "dict.txt", "--workers", "1")
-    run("fairseq-preprocess", "--only-source", "--trainpref", tmp_path / "train.label", "--validpref",
-        tmp_path / "valid.label", "--destdir", dest / "label", "--workers", "1")
-    log = run("fairseq-train", dest, "--user-dir", USER_DIR, "--task", "sentence_prediction",
+        (root / f"{split}.input0").write_text("\n".join(rows) + "\n")
+        (root / f"{split}.label").write_text("\n".join(str(int(len(r.split()) > 12)) for r in rows) + "\n")
+    run("fairseq-preprocess", "--only-source", "--trainpref", root / "train.input0", "--validpref",
+        root / "valid.input0", "--destdir", dest / "input0", "--srcdict", mlm_data / "dict.txt", "--workers", "1")
+    run("fairseq-preprocess", "--only-source", "--trainpref", root / "train.label", "--validpref",
+        root / "valid.label", "--destdir", dest / "label", "--workers", "1")
+    return dest
+
+
+def test_sentence_prediction_finetuning(cls_data, pretrained, tmp_path):
+    """RoBERTa's GLUE recipe as a command line, from the pretrained checkpoint."""
+    log = run("fairseq-train", cls_data, "--user-dir", USER_DIR, "--task", "sentence_prediction",
               "--criterion", "sentence_prediction", "--num-classes", "2", "--init-token", "0",
               "--separator-token", "2", "--arch", "linformer_roberta_base", *TINY, "--compressed", "4",
               "--shared-kv-compressed", "1", "--restore-file", pretrained / "checkpoint_last.pt",
@@ -100,6 +107,18 @@ def test_sentence_prediction_finetuning(mlm_data, pretrained, text_corpus, tmp_p
     assert accuracy and 0 <= float(accuracy[-1]) <= 100
     state = torch.load(tmp_path / "ft" / "checkpoint_last.pt", weights_only=False)
     assert any(k.startswith("classification_heads.sentence_classification_head") for k in state["model"])
+
+
+def test_shipped_glue_config_finetunes(cls_data, pretrained, tmp_path):
+    """The shipped finetuning/rte.yaml (RoBERTa's RTE hyperparameters) through the hydra wrapper."""
+    log = run("fairseq-linattn-hydra-train", "--config-name", "finetuning/rte", f"task.data={cls_data}",
+              f"checkpoint.restore_file={pretrained / 'checkpoint_last.pt'}", f"checkpoint.save_dir={tmp_path}",
+              "common.fp16=false", "common.cpu=true", "common.log_format=simple", "task.max_positions=64",
+              "model.max_positions=64", "+model.encoder_layers=2", "+model.encoder_embed_dim=64",
+              "+model.encoder_ffn_embed_dim=128", "+model.encoder_attention_heads=4", "model.shared_kv_compressed=1",
+              "optimization.max_update=3", "dataset.num_workers=0", cwd=tmp_path)
+    assert "Loaded checkpoint" in log
+    assert re.search(r"valid on 'valid' subset .*\| accuracy [0-9.]+", log), log[-2000:]
 
 
 UPSTREAM = os.path.join(os.path.dirname(os.path.dirname(torch.__file__)), "fairseq", "examples", "linformer",

@@ -1,0 +1,48 @@
+"""The shipped hydra configs mirror fairseq's recipes: identical apart from the model section."""
+import os
+
+import fairseq
+import pytest
+from omegaconf import OmegaConf
+
+from fairseq.models import ARCH_MODEL_REGISTRY
+
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fairseq_linattn", "config")
+FAIRSEQ_ROBERTA = os.path.join(os.path.dirname(fairseq.__file__), "examples", "roberta", "config")
+GLUE_TASKS = ["cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst_2", "sts_b"]
+
+
+def load(path):
+    return OmegaConf.to_container(OmegaConf.load(path))
+
+
+def without_model(cfg):
+    return {k: v for k, v in cfg.items() if k != "model"}
+
+
+@pytest.mark.parametrize("task", GLUE_TASKS)
+def test_finetuning_configs_keep_roberta_hyperparameters(task):
+    ours = load(os.path.join(CONFIG_DIR, "finetuning", f"{task}.yaml"))
+    theirs = load(os.path.join(FAIRSEQ_ROBERTA, "finetuning", f"{task}.yaml"))
+    assert without_model(ours) == without_model(theirs)
+    assert ours["model"]["_name"] == "linformer_roberta_base"
+    assert {k: v for k, v in ours["model"].items() if k in theirs["model"] and k != "_name"} == {
+        k: v for k, v in theirs["model"].items() if k != "_name"}
+
+
+@pytest.mark.parametrize("name, arch", [("linformer_base", "linformer_roberta_base"),
+                                        ("linformer_large", "linformer_roberta_large"),
+                                        ("linear_base", "linear_roberta_base")])
+def test_pretraining_configs_mirror_roberta_base(name, arch):
+    ours = load(os.path.join(CONFIG_DIR, "pretraining", f"{name}.yaml"))
+    theirs = load(os.path.join(FAIRSEQ_ROBERTA, "pretraining", "base.yaml"))
+    if name == "linformer_large":
+        theirs["optimization"]["lr"] = [0.0004]  # the paper's large peak lr, documented in the file
+    assert without_model(ours) == without_model(theirs)
+    assert ours["model"]["_name"] == arch and arch in ARCH_MODEL_REGISTRY
+
+
+def test_language_model_config_names_a_registered_arch():
+    ours = load(os.path.join(CONFIG_DIR, "language_modeling", "linear_transformer_lm.yaml"))
+    assert ours["model"]["_name"] in ARCH_MODEL_REGISTRY
+    assert ours["task"]["_name"] == "language_modeling" and ours["task"]["sample_break_mode"] == "none"
