@@ -1,0 +1,351 @@
+"""Warm-start ``linformer_roberta`` or ``linear_roberta`` from a fairseq RoBERTa checkpoint.
+
+    python scripts/warm_start_from_roberta.py roberta/checkpoint_best.pt linformer/warm_start.pt \\
+        --data data-bin/corpus --compressed 4 --init-projection identity-like
+
+Every weight the two models share is copied as it is: token and positional embeddings, layer norms, the
+q/k/v/out projections (our attention keeps fairseq's parameter names), the FFNs, the masked-LM head and any
+classification heads. What RoBERTa does not have is initialised as the model builds it: Linformer's
+sequence projections (or, with ``--init-projection identity-like``, as window averages: the identity when
+k = n) and FAVOR+'s random features. The output is a plain fairseq checkpoint, without the source's
+optimizer state, whose cfg names our arch and options: fairseq-validate and ``from_pretrained`` load it
+as is, and continued pretraining or finetuning starts from it with
+
+    fairseq-train ... --arch linformer_roberta_base <the printed flags> \\
+        --restore-file linformer/warm_start.pt --reset-optimizer --reset-dataloader --reset-meters
+
+The summary lists copied and new tensors and how close the converted model is to the source on a sample
+(cosine similarity of the final features, agreement of the masked-LM top-1 predictions).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+from argparse import Namespace
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import torch
+import torch.nn.functional as F
+from fairseq import checkpoint_utils
+from fairseq.dataclass.utils import overwrite_args_by_name
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, build_model
+from fairseq.models.roberta import RobertaModel
+from omegaconf import OmegaConf
+
+from .attention.feature_maps import FeatureMap
+from .attention.projections import ConvProjection, LearnedProjection, SequenceProjection
+from .models.linear_roberta import add_kernel_attention_args
+from .models.linformer_roberta import add_linformer_args
+from .models.roberta import SwappedAttentionRobertaModel
+
+# the options each target model adds to RoBERTa's, taken from the models' own argument groups
+TARGET_OPTIONS = {"linformer_roberta": add_linformer_args, "linear_roberta": add_kernel_attention_args}
+INIT_PROJECTIONS = ("default", "identity-like")
+# model-shape options that fairseq-train must repeat when it restores the converted checkpoint
+SHAPE_OPTIONS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads")
+
+
+def option_names(add_args) -> List[str]:
+    parser = argparse.ArgumentParser(add_help=False)
+    add_args(parser)
+    return [action.dest for action in parser._actions]
+
+
+# ---------------------------------------------------------------------------------------------- source
+@dataclass
+class Source:
+    model: RobertaModel
+    task: object
+    cfg: object  # the checkpoint's cfg, with --data applied
+    model_args: Namespace  # the checkpoint's cfg.model as it was saved: the basis of the target's
+
+
+def load_source(path: str | Path, data: Optional[str | Path] = None) -> Source:
+    """Load a RoBERTa checkpoint with fairseq's loader (which also upgrades old checkpoints)."""
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
+    model_args = as_namespace(state["cfg"].model)
+    trained_on = state["cfg"].task.data
+    # classification heads registered through the hub (not by the task) load too, instead of being dropped
+    overrides = {"load_checkpoint_heads": True, **({"data": str(data)} if data is not None else {})}
+    overwrite_args_by_name(state["cfg"], overrides)
+    arch = getattr(model_args, "arch", None) or getattr(model_args, "_name", None)
+    model_class = ARCH_MODEL_REGISTRY.get(arch)
+    if model_class is None or not issubclass(model_class, RobertaModel) or issubclass(
+        model_class, SwappedAttentionRobertaModel
+    ):
+        raise ValueError(
+            f"{path} holds a {arch!r} model; the warm start converts fairseq RoBERTa checkpoints (arch roberta, "
+            "roberta_base, roberta_large or another arch of the 'roberta' model)"
+        )
+    try:
+        [model], cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], state=state)
+    except FileNotFoundError as error:
+        raise FileNotFoundError(
+            f"{error}\nThe source's task needs its dictionary: pass --data DIR, the data-bin (with dict.txt) the "
+            f"checkpoint was trained on (its cfg names {trained_on!r})."
+        ) from None
+    return Source(model.eval(), task, cfg, model_args)
+
+
+def as_namespace(model_cfg) -> Namespace:
+    """A copy of a checkpoint's cfg.model: a Namespace (fairseq-train) or a DictConfig (fairseq-hydra-train)."""
+    if OmegaConf.is_config(model_cfg):
+        return Namespace(**OmegaConf.to_container(model_cfg, resolve=True, enum_to_str=True))
+    return copy.deepcopy(model_cfg)
+
+
+# ---------------------------------------------------------------------------------------------- target
+def target_model_args(source_args: Namespace, model: str, options: Dict[str, object],
+                      max_positions: Optional[int] = None) -> Namespace:
+    """The source's model args, renamed to our arch (``roberta_large`` -> ``linformer_roberta_large``) and
+    with the target's options; the shape, dropout and positions stay the source's."""
+    if model not in TARGET_OPTIONS:
+        raise ValueError(f"unknown target model {model!r}; choose one of {sorted(TARGET_OPTIONS)}")
+    accepted = set(option_names(TARGET_OPTIONS[model]))
+    foreign = sorted(name for name, value in options.items() if value is not None and name not in accepted)
+    if foreign:
+        raise ValueError(f"options {foreign} do not apply to {model}; it takes {sorted(accepted)}")
+    source_positions = source_args.max_positions
+    if max_positions is not None and max_positions != source_positions:
+        raise ValueError(
+            f"--max-positions {max_positions} does not match the source's max_positions {source_positions}: the "
+            f"learned positional embeddings are copied as they are ({source_positions} positions), and "
+            "Linformer's projections are built for that length. Convert with the source's max positions "
+            "(drop --max-positions); a different length needs positional embeddings the source never learned."
+        )
+    args = copy.deepcopy(source_args)
+    source_arch = getattr(args, "arch", None) or args._name
+    suffixed = model + source_arch[len("roberta"):] if source_arch.startswith("roberta") else model
+    args.arch = args._name = suffixed if suffixed in ARCH_CONFIG_REGISTRY else model
+    for name, value in options.items():
+        if value is not None:
+            setattr(args, name, value)
+    return args
+
+
+@dataclass
+class WarmStart:
+    model: SwappedAttentionRobertaModel
+    copied: List[str]  # state-dict keys taken from the source
+    new: List[str]  # state-dict keys initialised here
+
+
+def warm_start(source: RobertaModel, task, target_args: Namespace, init_projection: str = "default") -> WarmStart:
+    """Build our model for ``target_args`` (completed in place with the arch's defaults) and copy every
+    shared tensor of ``source`` into it."""
+    if init_projection not in INIT_PROJECTIONS:
+        raise ValueError(f"unknown --init-projection {init_projection!r}; choose one of {INIT_PROJECTIONS}")
+    target = build_model(target_args, task)  # fills in the arch's defaults, as fairseq-train does
+    for name, head in source.classification_heads.items():
+        if name not in target.classification_heads:  # heads of the hub or of another task: keep them all
+            target.register_classification_head(name, head.out_proj.out_features, head.dense.out_features)
+    source_state = source.state_dict()
+    new_keys = new_tensor_names(target)
+    # fairseq's load_state_dict upgrades the dict it is given in place: hand it a copy
+    result = target.load_state_dict(dict(source_state), strict=False)
+    unexpected = sorted(result.unexpected_keys)
+    uncovered = sorted(set(result.missing_keys) - new_keys)
+    if unexpected or uncovered:
+        raise RuntimeError(
+            "the source and the converted model do not share all RoBERTa weights: "
+            f"source tensors with no place in the target {unexpected}, target tensors the source lacks "
+            f"{uncovered}. Is the source a RoBERTa built with other options than those in its cfg?"
+        )
+    if init_projection == "identity-like":
+        for module in target.modules():
+            if isinstance(module, SequenceProjection):
+                init_identity_like_(module)
+    target.eval()
+    return WarmStart(target, copied=[k for k in target.state_dict() if k in source_state],
+                     new=sorted(result.missing_keys))
+
+
+def new_tensor_names(model) -> set:
+    """State-dict keys of the parts RoBERTa does not have: sequence projections and feature maps."""
+    names = set()
+    for prefix, module in model.named_modules():
+        if isinstance(module, (SequenceProjection, FeatureMap)):
+            names.update(f"{prefix}.{name}" for name in module.state_dict())
+    return names
+
+
+@torch.no_grad()
+def init_identity_like_(projection: SequenceProjection):
+    """E (or the convolution) averages consecutive windows of about n/k positions: the compressed keys and
+    values start as local means of the source's (the identity when k = n) instead of random mixtures."""
+    if isinstance(projection, LearnedProjection):
+        k, n = projection.weight.shape
+        window_of_position = torch.arange(n) * k // n  # covers every window once k <= n
+        averaging = F.one_hot(window_of_position, k).t().to(projection.weight.dtype)
+        projection.weight.copy_(averaging / averaging.sum(dim=1, keepdim=True))
+    elif isinstance(projection, ConvProjection):
+        projection.weight.fill_(1.0 / projection.window)
+    # mean/max pooling have no parameters: they already average (or max) windows
+
+
+# ---------------------------------------------------------------------------------------------- agreement
+@dataclass
+class Agreement:
+    sample: str  # where the tokens came from
+    tokens: int
+    feature_cosine: float  # mean cosine similarity of the final features, over non-pad tokens
+    top1: float  # share of non-pad tokens where both masked-LM heads predict the same token
+
+
+@torch.no_grad()
+def agreement(source: RobertaModel, target, tokens: torch.Tensor, pad: int, sample: str) -> Agreement:
+    real = tokens.ne(pad)
+    source_features, _ = source(tokens, features_only=True)
+    target_features, _ = target(tokens, features_only=True)
+    cosine = F.cosine_similarity(source_features, target_features, dim=-1)[real]
+    source_top1 = source.encoder.output_layer(source_features).argmax(-1)
+    target_top1 = target.encoder.output_layer(target_features).argmax(-1)
+    same = source_top1.eq(target_top1)[real].float()
+    return Agreement(sample, int(real.sum()), cosine.mean().item(), same.mean().item())
+
+
+def sample_tokens(task, split: str, size: int, max_positions: int, seed: int):
+    """The first ``size`` sequences of the task's ``split`` (what the models are trained on), or random
+    tokens when the data-bin has no such split (e.g. a dictionary-only folder)."""
+    try:
+        task.load_dataset(split)
+    # masked_lm raises FileNotFoundError for a missing split; sentence_prediction fails an assertion
+    except (FileNotFoundError, AssertionError):
+        dictionary = task.source_dictionary
+        generator = torch.Generator().manual_seed(seed)
+        tokens = torch.randint(dictionary.nspecial, len(dictionary), (size, max_positions), generator=generator)
+        tokens[:, 0], tokens[:, -1] = dictionary.bos(), dictionary.eos()
+        return tokens, f"{size} random token sequences (no '{split}' split in the data)"
+    dataset = task.dataset(split)
+    batch = dataset.collater([dataset[i] for i in range(min(size, len(dataset)))])
+    return batch["net_input"]["src_tokens"][:, :max_positions], f"{len(batch['id'])} sequences of '{split}'"
+
+
+# ---------------------------------------------------------------------------------------------- checkpoint
+def checkpoint_state(target: WarmStart, target_args: Namespace, source: Source, source_path) -> dict:
+    """A fairseq checkpoint as the trainer writes one, minus optimizer state: training restarts from it."""
+    cfg = OmegaConf.to_container(source.cfg, resolve=True, enum_to_str=True)
+    cfg["model"] = target_args
+    return {
+        "args": None,
+        "cfg": cfg,
+        "model": target.model.state_dict(),
+        "criterion": None,
+        # fairseq's loader needs one history record; no last_optimizer_state: nothing to restore
+        "optimizer_history": [
+            {"criterion_name": None, "optimizer_name": None, "lr_scheduler_state": {}, "num_updates": 0}
+        ],
+        "task_state": source.task.state_dict(),
+        "extra_state": {
+            "train_iterator": {"epoch": 1, "iterations_in_epoch": 0, "version": 2},
+            "val_loss": None,
+            "warm_started_from": str(source_path),
+        },
+    }
+
+
+def training_flags(args: Namespace, model: str) -> List[str]:
+    """The fairseq-train flags that rebuild this model: the arch, max positions (Linformer's n), the shape
+    options that differ from the arch's defaults and the attention options that were set."""
+    defaults = Namespace()
+    ARCH_CONFIG_REGISTRY[args.arch](defaults)
+    flags = ["--arch", args.arch, "--max-positions", str(args.max_positions)]
+    for name in (*SHAPE_OPTIONS, *option_names(TARGET_OPTIONS[model])):
+        value = getattr(args, name, None)
+        if value is not None and value != getattr(defaults, name, None):
+            flags += ["--" + name.replace("_", "-"), str(value)]
+    return flags
+
+
+# ---------------------------------------------------------------------------------------------- conversion
+@dataclass
+class Conversion:
+    output: Path
+    model: str
+    args: Namespace
+    copied: List[str]
+    new: List[str]
+    new_shapes: Dict[str, tuple]
+    copied_numel: int
+    agreement: Optional[Agreement] = None
+
+    def summary(self) -> str:
+        lines = [f"wrote {self.output} ({self.args.arch})",
+                 f"copied from the source: {len(self.copied)} tensors ({self.copied_numel:,} values)",
+                 f"new ({len(self.new)} tensors):" if self.new else "new: none (every tensor comes from the source)"]
+        lines += [f"  {name} {list(shape)}" for name, shape in self.new_shapes.items()]
+        if self.agreement is not None:
+            a = self.agreement
+            lines.append(f"agreement with the source on {a.sample} ({a.tokens} tokens): feature cosine "
+                         f"{a.feature_cosine:.4f}, masked-LM top-1 agreement {a.top1:.1%}")
+        lines.append("continue training with (plus any other model option the source was trained with): "
+                     "fairseq-train DATA --user-dir fairseq_linattn "
+                     + " ".join(training_flags(self.args, self.model))
+                     + f" --restore-file {self.output} --reset-optimizer --reset-dataloader --reset-meters ...")
+        return "\n".join(lines)
+
+
+def convert(source_path: str | Path, output_path: str | Path, model: str = "linformer_roberta",
+            options: Optional[Dict[str, object]] = None, data: Optional[str | Path] = None,
+            max_positions: Optional[int] = None, init_projection: str = "default", sample_split: str = "valid",
+            sample_size: int = 16, seed: int = 1) -> Conversion:
+    """Convert the RoBERTa checkpoint at ``source_path`` into a ``model`` checkpoint at ``output_path``."""
+    source = load_source(source_path, data)
+    args = target_model_args(source.model_args, model, options or {}, max_positions)
+    torch.manual_seed(seed)  # the new projections / random features
+    result = warm_start(source.model, source.task, args, init_projection)
+    output = Path(output_path)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint_utils.torch_persistent_save(checkpoint_state(result, args, source, source_path), str(output))
+
+    target_state = result.model.state_dict()
+    conversion = Conversion(
+        output, model, args, result.copied, result.new,
+        new_shapes={name: tuple(target_state[name].shape) for name in result.new},
+        copied_numel=sum(target_state[name].numel() for name in result.copied),
+    )
+    if sample_size > 0:
+        tokens, sample = sample_tokens(source.task, sample_split, sample_size, args.max_positions, seed)
+        conversion.agreement = agreement(source.model, result.model, tokens,
+                                         source.task.source_dictionary.pad(), sample)
+    return conversion
+
+
+def main(argv: Optional[List[str]] = None) -> Conversion:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("source", help="fairseq RoBERTa checkpoint (e.g. checkpoints/checkpoint_best.pt)")
+    parser.add_argument("output", help="where to write the converted checkpoint")
+    parser.add_argument("--data", help="data-bin with the source's dict.txt (default: the one its cfg names); "
+                                       "its valid split, if any, is the agreement sample")
+    parser.add_argument("--model", choices=sorted(TARGET_OPTIONS), default="linformer_roberta",
+                        help="the model to convert to (default linformer_roberta)")
+    parser.add_argument("--max-positions", type=int,
+                        help="must equal the source's (its positional embeddings fix it); checked when given")
+    parser.add_argument("--init-projection", choices=INIT_PROJECTIONS, default="default",
+                        help="Linformer's learned/conv projections: as the model builds them (default), or "
+                             "window averages (identity-like: the identity when k = n), closer to the source")
+    parser.add_argument("--sample-split", default="valid", help="data split for the agreement summary")
+    parser.add_argument("--sample-size", type=int, default=16, help="sequences in the agreement sample (0: skip)")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the new projections / random features")
+    for add_args in TARGET_OPTIONS.values():
+        add_args(parser)
+    args = parser.parse_args(argv)
+    # as fairseq_cli does: importing fairseq leaves the root logger at DEBUG (its text_to_speech task)
+    logging.basicConfig(format="%(levelname)s | %(name)s | %(message)s", level=logging.INFO, force=True)
+    options = {name: getattr(args, name) for name in option_names(TARGET_OPTIONS[args.model])}
+    foreign = [name for other_model, add_args in TARGET_OPTIONS.items() if other_model != args.model
+               for name in option_names(add_args) if getattr(args, name) is not None]
+    if foreign:
+        flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
+        parser.error(f"{flags}: not an option of --model {args.model}")
+    conversion = convert(args.source, args.output, args.model, options, args.data, args.max_positions,
+                         args.init_projection, args.sample_split, args.sample_size, args.seed)
+    print(conversion.summary())
+    return conversion
+
+
+if __name__ == "__main__":
+    main()
