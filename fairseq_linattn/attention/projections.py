@@ -49,7 +49,7 @@ class SequenceProjection(nn.Module):
             raise ValueError(
                 f"Linformer input has {length} positions but its projections were built for at most "
                 f"{self.max_positions} (--max-positions). Truncate the input (e.g. --tokens-per-sample / "
-                f"--truncate-sequence) or train a model with a larger --max-positions."
+                f"--shorten-method truncate) or train a model with a larger --max-positions."
             )
 
     def forward(self, x: Tensor, padding_mask: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:

@@ -126,7 +126,7 @@ class LinformerTransformerEncoder(TransformerEncoder):
             raise ValueError(
                 f"input has {src_tokens.size(1)} tokens but this Linformer model takes at most "
                 f"{self.linformer.max_positions} (--max-positions, fixed by its projections and positional "
-                "embeddings). Truncate the input (--tokens-per-sample, --truncate-sequence) or train with a "
+                "embeddings). Truncate the input (--tokens-per-sample, --shorten-method truncate) or train with a "
                 "larger --max-positions."
             )
         return super().forward(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
