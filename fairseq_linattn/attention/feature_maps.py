@@ -74,7 +74,7 @@ class EluFeatureMap(FeatureMap):
 
 @register_feature_map("relu")
 class ReluFeatureMap(FeatureMap):
-    """relu(x): non-negative but can be all zero for a query, whose output is then 0 (the eps in the normaliser)."""
+    """relu(x): non-negative, but all zero for some queries, whose output is then 0 (eps in the normaliser)."""
 
     def forward(self, x, is_query):
         return F.relu(x.to(_compute_dtype(x)))
@@ -95,12 +95,12 @@ class FavorFeatureMap(FeatureMap):
     all layers share one ω.
     """
 
-    # Stabilising the keys. A per-row max would reweight the keys against each other, a max over the sequence
-    # would let future keys change past outputs and would have to be re-applied to the recurrent state whenever
-    # it grows: keys get no data-dependent shift. None is needed in fp32: ω_m·k' - |k'|²/2 = (|ω_m|² -
-    # |k' - ω_m|²)/2 <= |ω_m|²/2, about D/2 (32 for D = 64), while exp overflows only above 88. The clamp at
-    # this ceiling (a constant, so parallel and recurrent modes agree) only guards very large head dims and
-    # inputs that sit on a feature direction; it never touches ordinary inputs.
+    # Stabilising the keys. A per-row max would reweight the keys against each other, and a max over the
+    # sequence would let future keys change past outputs (and would have to be re-applied to the recurrent state
+    # whenever it grows): keys get no data-dependent shift. In fp32 none is needed: ω_m·k' - |k'|²/2 =
+    # (|ω_m|² - |k' - ω_m|²)/2 <= |ω_m|²/2, about D/2 (32 for D = 64), while exp overflows above 88 and sums over
+    # a sequence need room below that. The clamp at KEY_EXPONENT_CEILING, a constant (so parallel and recurrent
+    # modes agree), guards only large head dims and keys lying almost on a feature direction.
     KEY_EXPONENT_CEILING = 40.0
 
     def __init__(self, head_dim: int, num_features: int = 0, redraw_interval: int = 1000, seed: int = 0):

@@ -72,16 +72,14 @@ class KernelAttention(SelfAttention):
             _warn_dropout_ignored()
 
     def attend(self, query, padding_mask, attn_mask, incremental_state, need_weights):
-        length = query.size(0)
-        self.check_attn_mask(attn_mask, length, incremental_state is not None)
-        q = self.feature_map(self.split_heads(self.q_proj(query)), is_query=True).contiguous()
+        self.check_attn_mask(attn_mask, query.size(0), incremental_state is not None)
+        q = self.feature_map(self.split_heads(self.q_proj(query)), is_query=True)
         k = self.feature_map(self.split_heads(self.k_proj(query)), is_query=False)
         v = self.split_heads(self.v_proj(query))
         if padding_mask is not None:
             # filled rather than multiplied by 0: a pad whose values overflowed (inf * 0 = nan) is removed too
             pads = padding_mask[:, None, :, None]  # B x 1 x T x 1
             k, v = k.masked_fill(pads, 0.0), v.masked_fill(pads, 0.0)
-        k, v = k.contiguous(), v.contiguous()
 
         if incremental_state is not None:
             if need_weights:

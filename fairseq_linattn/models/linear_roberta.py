@@ -27,11 +27,13 @@ def add_kernel_attention_args(parser):
 class KernelTransformerEncoder(TransformerEncoder):
     def __init__(self, args, dictionary, embed_tokens):
         self.plugin_args = args  # read our options here: fairseq's config conversion drops them under hydra
+        self._layers_built = 0
         super().__init__(args, dictionary, embed_tokens)
 
     def build_encoder_layer(self, cfg):
         cfg = TransformerConfig.from_namespace(cfg)
-        heads = cfg.encoder.attention_heads
+        heads, index = cfg.encoder.attention_heads, self._layers_built
+        self._layers_built += 1
         attn = KernelAttention(
             cfg.encoder.embed_dim,
             heads,
@@ -40,7 +42,7 @@ class KernelTransformerEncoder(TransformerEncoder):
             dropout=cfg.attention_dropout,
             q_noise=cfg.quant_noise.pq,
             qn_block_size=cfg.quant_noise.pq_block_size,
-            **feature_map_options(self.plugin_args, cfg.encoder.embed_dim // heads),
+            **feature_map_options(self.plugin_args, cfg.encoder.embed_dim // heads, index),
         )
         return wrap_layer(EncoderLayer(cfg, attn, return_fc=self.return_fc), cfg)
 

@@ -38,13 +38,14 @@ class LinearTransformerLanguageModelConfig(fairseq_lm.TransformerLanguageModelCo
     )
 
 
-def feature_map_options(args, head_dim):
+def feature_map_options(args, head_dim, layer_index):
     if option(args, "feature_map", "elu") != "favor":
         return {}
     return {
         "num_features": option(args, "favor_features", 0) or 4 * head_dim,
         "redraw_interval": option(args, "favor_redraw_interval", 1000),
-        "seed": option(args, "favor_seed", 1),
+        # one seed per layer, so that layers draw independent features (still the same on every worker)
+        "seed": option(args, "favor_seed", 1) * 1000 + layer_index,
     }
 
 
@@ -57,11 +58,13 @@ class LinearTransformerDecoder(TransformerDecoder):
         self.feature_map = option(args, "feature_map", "elu")
         self.chunk_size = int(option(args, "chunk_size", 64))
         self.plugin_args = args
+        self._layers_built = 0
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=True)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         cfg = TransformerConfig.from_namespace(cfg)
-        heads = cfg.decoder.attention_heads
+        heads, index = cfg.decoder.attention_heads, self._layers_built
+        self._layers_built += 1
         attn = KernelAttention(
             cfg.decoder.embed_dim,
             heads,
@@ -71,7 +74,7 @@ class LinearTransformerDecoder(TransformerDecoder):
             dropout=cfg.attention_dropout,
             q_noise=cfg.quant_noise.pq,
             qn_block_size=cfg.quant_noise.pq_block_size,
-            **feature_map_options(self.plugin_args, cfg.decoder.embed_dim // heads),
+            **feature_map_options(self.plugin_args, cfg.decoder.embed_dim // heads, index),
         )
         return wrap_layer(DecoderLayer(cfg, attn, no_encoder_attn=True), cfg)
 

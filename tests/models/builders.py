@@ -17,9 +17,28 @@ class FakeTask:
         return self._max_positions
 
 
+def dataclass_defaults(arch):
+    """The argparse defaults fairseq-train would give a dataclass model (None for argparse-only models)."""
+    import argparse
+
+    from fairseq.dataclass.utils import gen_parser_from_dataclass
+    from fairseq.models import MODEL_DATACLASS_REGISTRY
+
+    model_class = ARCH_MODEL_REGISTRY[arch]
+    name = next((n for n in MODEL_DATACLASS_REGISTRY if ARCH_MODEL_REGISTRY.get(n) is model_class), None)
+    if name is None:
+        return {}
+    parser = argparse.ArgumentParser()
+    gen_parser_from_dataclass(parser, MODEL_DATACLASS_REGISTRY[name]())
+    defaults = vars(parser.parse_args([]))
+    # interpolations that fairseq resolves from the task config
+    defaults.update(add_bos_token=False, tokens_per_sample=64, max_target_positions=None, tpu=False)
+    return defaults
+
+
 def build(arch, task=None, **overrides):
     task = task or FakeTask()
-    args = Namespace(**overrides)
+    args = Namespace(**{**dataclass_defaults(arch), **overrides})
     ARCH_CONFIG_REGISTRY[arch](args)
     args.arch = arch
     return ARCH_MODEL_REGISTRY[arch].build_model(args, task), task
