@@ -142,7 +142,8 @@ def causal_linear_attention(
     q, k, v_compute = (x.to(dtype) for x in (q, k, v))
     if padding:  # zero rows past the end: zero keys add nothing to any state, zero queries give outputs we drop
         q, k, v_compute = (F.pad(x, (0, 0, 0, padding)) for x in (q, k, v_compute))
-    flat = [x.reshape(-1, length + padding, x.size(-1)) for x in (q, k, v_compute)]
+    # contiguous: the op views its inputs as chunks (heads split from T x B x C arrive permuted)
+    flat = [x.reshape(-1, length + padding, x.size(-1)).contiguous() for x in (q, k, v_compute)]
     out, final_state = _CausalLinearAttention.apply(
         *flat, state.reshape(-1, feature_dim, value_dim + 1), chunk, eps
     )

@@ -200,3 +200,12 @@ def test_favor_redraw_follows_fairseq_updates():
     model.eval().set_num_updates(10)
     assert torch.equal(model.attn.feature_map.omega, redrawn)
     assert "attn.feature_map.omega" in model.state_dict()
+
+
+def test_causal_training_with_batch_and_heads_from_fairseq_layout():
+    """Heads split from fairseq's T x B x C arrive as permuted (non-contiguous) views: regression test."""
+    attn = KernelAttention(64, 4, causal=True).train()
+    x = torch.randn(100, 6, 64, requires_grad=True)
+    out, _ = attn(x, x, x, need_weights=False)
+    out.sum().backward()
+    assert out.shape == (100, 6, 64) and x.grad is not None and torch.isfinite(x.grad).all()
