@@ -16,16 +16,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-FEATURE_MAPS = {}
+from .registry import make_registry
 
-
-def register_feature_map(name):
-    def register(cls):
-        FEATURE_MAPS[name] = cls
-        cls.kind = name
-        return cls
-
-    return register
+FEATURE_MAPS, register_feature_map = make_registry("feature map")
 
 
 def build_feature_map(name: str, head_dim: int, **options) -> "FeatureMap":

@@ -17,16 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-PROJECTIONS = {}
+from .registry import make_registry
 
-
-def register_projection(name):
-    def register(cls):
-        PROJECTIONS[name] = cls
-        cls.kind = name
-        return cls
-
-    return register
+PROJECTIONS, register_projection = make_registry("sequence projection")
 
 
 class SequenceProjection(nn.Module):
