@@ -1,0 +1,429 @@
+"""Shared plumbing of the benchmark scripts (bench_linformer.py, bench_lm_training.py, bench_decoding.py).
+
+* models are built the way fairseq builds them (arch defaults applied to a Namespace, then
+  ``build_model(args, task)``) with a fake task that only carries a Dictionary: no data on disk;
+* attention swaps: :class:`ZeroAttention` (the attention-free ceiling) and the SDPA baseline
+  (:class:`fairseq_linattn.attention.full.SoftmaxAttention` with fairseq's weights copied in);
+* timing: warm-up, then cases interleaved round by round (rotating the order), median per case;
+* peak memory: each case runs in a fresh process (forked from a forkserver that has only imported torch,
+  fairseq and the plugin, so its high-water mark starts low) and reports ``ru_maxrss`` after building the
+  model (baseline) and after running it (peak);
+* the machine line (CPU model, cores, torch, threads, load averages) and the .md/.json/.png outputs.
+"""
+import argparse
+import dataclasses
+import json
+import multiprocessing as mp
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from argparse import Namespace
+from typing import Callable, Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+import fairseq_linattn  # noqa: E402,F401  (registers the plugin's models)
+from fairseq.data import Dictionary  # noqa: E402
+from fairseq.models import (  # noqa: E402
+    ARCH_CONFIG_REGISTRY,
+    ARCH_MODEL_NAME_REGISTRY,
+    ARCH_MODEL_REGISTRY,
+    MODEL_DATACLASS_REGISTRY,
+)
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase  # noqa: E402
+
+from fairseq_linattn.attention.full import SoftmaxAttention  # noqa: E402
+
+MB = 1024.0 * 1024.0
+
+
+# ------------------------------------------------------------------------------------------------ machine
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def loadavg() -> List[float]:
+    try:
+        with open("/proc/loadavg") as f:
+            return [float(x) for x in f.read().split()[:3]]
+    except OSError:
+        return [float("nan")] * 3
+
+
+def machine_info(threads: int) -> Dict:
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count()
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "usable_cores": usable,
+        "torch": torch.__version__,
+        "threads": threads,
+        "python": platform.python_version(),
+        "mem_total_gb": round(mem_info("MemTotal") / 1024**3, 1),
+    }
+
+
+def mem_info(key: str = "MemAvailable") -> float:
+    """Bytes of /proc/meminfo's ``key`` (MemAvailable by default)."""
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return float(line.split()[1]) * 1024
+    return float("nan")
+
+
+def fmt_load(load: List[float]) -> str:
+    return "/".join(f"{x:.2f}" for x in load)
+
+
+def machine_line(info: Dict, load_start: List[float], load_end: List[float]) -> str:
+    return (
+        f"CPU: {info['cpu']}, {info['usable_cores']} cores, {info['mem_total_gb']} GB; torch {info['torch']} "
+        f"({info['threads']} threads), Python {info['python']}, fp32; load average (1/5/15 min) "
+        f"at start {fmt_load(load_start)}, at end {fmt_load(load_end)}"
+    )
+
+
+def wait_for_quiet(threshold: float, max_wait: float, poll: float = 10.0) -> Dict:
+    """Wait until the 1-minute load average is below ``threshold`` (at most ``max_wait`` seconds)."""
+    start = time.time()
+    load = loadavg()
+    announced = False
+    while load[0] >= threshold and time.time() - start < max_wait:
+        if not announced:
+            print(f"waiting for the machine to get quiet: load {fmt_load(load)} >= {threshold} "
+                  f"(at most {max_wait:.0f} s)", flush=True)
+            announced = True
+        time.sleep(poll)
+        load = loadavg()
+    waited = time.time() - start
+    quiet = load[0] < threshold
+    if announced:
+        print(f"{'quiet' if quiet else 'still busy, running anyway'} after {waited:.0f} s: load {fmt_load(load)}",
+              flush=True)
+    return {"waited_s": round(waited, 1), "quiet": quiet, "load": load, "threshold": threshold}
+
+
+def common_args(description: str, out_default: str = "results") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--quick", action="store_true", help="small sizes, few repeats (for development)")
+    parser.add_argument("--out", default=out_default, help="output directory (default: results/)")
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
+    parser.add_argument("--load-threshold", type=float, default=0.5,
+                        help="wait until the 1-minute load average is below this before a full run")
+    parser.add_argument("--max-wait", type=float, default=600.0,
+                        help="seconds to wait for a quiet machine before running anyway (default 600)")
+    parser.add_argument("--no-memory", action="store_true", help="skip the per-case peak-memory subprocesses")
+    return parser
+
+
+def start_run(args) -> Dict:
+    torch.set_num_threads(args.threads)
+    info = machine_info(args.threads)
+    wait = {"waited_s": 0.0, "quiet": None, "load": loadavg(), "threshold": args.load_threshold}
+    if not args.quick:
+        wait = wait_for_quiet(args.load_threshold, args.max_wait)
+    return {"machine": info, "wait": wait, "load_start": loadavg(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+# ------------------------------------------------------------------------------------------------ models
+class FakeTask:
+    """What build_model needs from a task: the dictionaries (and max_positions for RoBERTa)."""
+
+    def __init__(self, vocab_size: int = 100, max_positions: int = 512):
+        self.source_dictionary = self.target_dictionary = self.dictionary = Dictionary()
+        for i in range(vocab_size):
+            self.dictionary.add_symbol(f"w{i}")
+        self.dictionary.add_symbol("<mask>")
+        self._max_positions = max_positions
+
+    def max_positions(self):
+        return self._max_positions
+
+
+def default_args(arch: str) -> Namespace:
+    """The model's dataclass defaults (what fairseq-train's parser would give; hydra interpolations left out),
+    or an empty Namespace for models without a dataclass (their arch function fills everything)."""
+    model_name = ARCH_MODEL_NAME_REGISTRY[arch]
+    if model_name not in MODEL_DATACLASS_REGISTRY:
+        return Namespace()
+    config = MODEL_DATACLASS_REGISTRY[model_name]()
+    values = {}
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if isinstance(value, str) and value.startswith("${"):
+            continue
+        values[field.name] = value
+    return Namespace(**values)
+
+
+def build_model(arch: str, task: FakeTask, **overrides) -> nn.Module:
+    args = default_args(arch)
+    for name, value in overrides.items():
+        setattr(args, name, value)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    args.arch = arch
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, task)
+
+
+def transformer_layers(model: nn.Module) -> List[nn.Module]:
+    return [m for m in model.modules() if isinstance(m, (TransformerEncoderLayerBase, TransformerDecoderLayerBase))]
+
+
+class ZeroAttention(nn.Module):
+    """Self-attention replaced by zeros (no parameters, no work): the model without attention, the ceiling of
+    any attention speed-up. Keeps fairseq's call contract (``(output, weights)``, incremental state hooks)."""
+
+    def __init__(self, embed_dim: int, num_heads: int):
+        super().__init__()
+        self.embed_dim, self.num_heads = embed_dim, num_heads
+        self.head_dim = embed_dim // num_heads
+
+    def forward(self, query, key=None, value=None, key_padding_mask=None, incremental_state=None,
+                need_weights=False, static_kv=False, attn_mask=None, before_softmax=False,
+                need_head_weights=False):
+        return torch.zeros_like(query), None
+
+    def _get_input_buffer(self, incremental_state):
+        return {}
+
+    def _set_input_buffer(self, incremental_state, buffer):
+        return incremental_state
+
+    def reorder_incremental_state(self, incremental_state, new_order):
+        return incremental_state
+
+
+def swap_attention(model: nn.Module, factory: Callable[[nn.Module], nn.Module]) -> nn.Module:
+    """Replace every layer's ``self_attn`` by ``factory(old_self_attn)``."""
+    for layer in transformer_layers(model):
+        layer.self_attn = factory(layer.self_attn)
+    return model
+
+
+def as_softmax_attention(old: nn.Module) -> SoftmaxAttention:
+    """fairseq's MultiheadAttention -> SoftmaxAttention (PyTorch SDPA) with the same weights."""
+    new = SoftmaxAttention(old.embed_dim, old.num_heads, dropout=getattr(old, "dropout_module").p
+                           if hasattr(old, "dropout_module") else 0.0)
+    new.load_state_dict(old.state_dict())
+    return new
+
+
+def as_zero_attention(old: nn.Module) -> ZeroAttention:
+    return ZeroAttention(old.embed_dim, old.num_heads)
+
+
+def count_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ------------------------------------------------------------------------------------------------ timing
+def interleaved_times(
+    fns: Dict[str, Callable[[], None]],
+    warmup: int = 1,
+    repeats: int = 5,
+    budget_s: Optional[float] = None,
+    min_repeats: int = 2,
+    setup: Optional[Dict[str, Callable[[], None]]] = None,
+) -> Dict[str, List[float]]:
+    """Seconds per call of each function: ``warmup`` untimed rounds, then up to ``repeats`` timed rounds, the
+    functions interleaved within each round (order rotated every round, so that no case always follows the
+    same one). With ``budget_s``, a case whose warm-up took t seconds gets ``budget_s / t`` repeats (at least
+    ``min_repeats``, at most ``repeats``). ``setup[name]``, if given, runs untimed before every call."""
+    setup = setup or {}
+    names = list(fns)
+    estimate = {}
+    for _ in range(max(1, warmup)):
+        for name in names:
+            if name in setup:
+                setup[name]()
+            t0 = time.perf_counter()
+            fns[name]()
+            estimate[name] = time.perf_counter() - t0
+    count = {}
+    for name in names:
+        count[name] = repeats
+        if budget_s is not None:
+            count[name] = max(min_repeats, min(repeats, int(budget_s / max(estimate[name], 1e-9))))
+    times = {name: [] for name in names}
+    if warmup == 0:  # the estimate run was the only one: count it
+        for name in names:
+            times[name].append(estimate[name])
+    for r in range(max(count.values())):
+        order = names[r % len(names):] + names[: r % len(names)]
+        for name in order:
+            if len(times[name]) >= count[name]:
+                continue
+            if name in setup:
+                setup[name]()
+            t0 = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
+def median(xs: List[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def profile_call(fn: Callable[[], object], rows: int = 12) -> Dict:
+    """torch.profiler over one call of ``fn`` (after one untimed call): wall time and the top ops by self CPU
+    time, grouped by input shapes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        t0 = time.perf_counter()
+        fn()
+        wall = time.perf_counter() - t0
+    events = prof.key_averages(group_by_input_shape=True)
+    total = sum(e.self_cpu_time_total for e in events)
+    top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[:rows]
+    return {
+        "wall_ms": wall * 1000,
+        "self_cpu_total_ms": total / 1000,
+        "top": [
+            {"op": e.key, "shapes": str(e.input_shapes)[:90], "calls": e.count,
+             "self_ms": e.self_cpu_time_total / 1000, "percent": 100.0 * e.self_cpu_time_total / max(total, 1)}
+            for e in top
+        ],
+    }
+
+
+def profile_markdown(profiles: Dict[str, Dict]) -> List[str]:
+    lines = []
+    for name, prof in profiles.items():
+        lines += [f"`{name}`: {prof['wall_ms']:.0f} ms wall under the profiler", ""]
+        lines.append(md_table(["op", "input shapes", "calls", "self ms", "%"], [
+            [e["op"], f"`{e['shapes']}`", e["calls"], f"{e['self_ms']:.1f}", f"{e['percent']:.1f}"]
+            for e in prof["top"]]))
+        lines.append("")
+    return lines
+
+
+# ------------------------------------------------------------------------------------------------ memory
+def max_rss_bytes() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0  # Linux reports KiB
+
+
+def peak_memory(build: Callable[[], object], run: Callable[[object], None]) -> Dict:
+    """Run in a fresh process: ru_maxrss after ``build()`` (baseline) and after ``run(built)`` (peak)."""
+    built = build()
+    baseline = max_rss_bytes()
+    run(built)
+    peak = max_rss_bytes()
+    return {"baseline_mb": baseline / MB, "peak_mb": peak / MB, "delta_mb": (peak - baseline) / MB}
+
+
+_CONTEXT = None
+
+
+def _context():
+    global _CONTEXT
+    if _CONTEXT is None:
+        _CONTEXT = mp.get_context("forkserver")
+        # the server imports these once; each case is then a fork of a process that has run nothing
+        _CONTEXT.set_forkserver_preload(["torch", "fairseq_linattn", "bench_common", "__main__"])
+    return _CONTEXT
+
+
+def _child(conn, threads, fn, args):
+    try:
+        torch.set_num_threads(threads)
+        conn.send(("ok", fn(*args)))
+    except BaseException as error:  # noqa: BLE001  (reported to the parent)
+        conn.send(("error", f"{type(error).__name__}: {error}"))
+    finally:
+        conn.close()
+
+
+def isolated(fn: Callable, *args, threads: int = 2, timeout: float = 600.0) -> Dict:
+    """``fn(*args)`` in a fresh process (see the module docstring); a dict with ``error`` if it failed or died
+    (e.g. killed for memory). ``fn`` must be a module-level function (it is pickled by name)."""
+    ctx = _context()
+    receive, send = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(send, threads, fn, args))
+    proc.start()
+    send.close()
+    result = None
+    if receive.poll(timeout):
+        try:
+            result = receive.recv()
+        except EOFError:
+            result = None
+    proc.join(timeout=30)
+    if proc.is_alive():
+        proc.kill()
+        proc.join()
+    if result is None:
+        return {"error": f"process ended with code {proc.exitcode} (killed for memory or timed out)"}
+    status, value = result
+    return value if status == "ok" else {"error": value}
+
+
+# ------------------------------------------------------------------------------------------------ output
+def md_table(headers: List[str], rows: List[List[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join("---" for _ in headers) + "|"]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def fmt_ms(seconds: Optional[float]) -> str:
+    if seconds is None or seconds != seconds:
+        return "–"
+    ms = seconds * 1000
+    return f"{ms:.0f} ms" if ms >= 100 else f"{ms:.1f} ms" if ms >= 1 else f"{ms:.3f} ms"
+
+
+def fmt_x(ratio: Optional[float]) -> str:
+    return "–" if ratio is None or ratio != ratio else f"{ratio:.2f}x"
+
+
+def fmt_mb(mb: Optional[float]) -> str:
+    return "–" if mb is None or mb != mb else f"{mb:.0f} MB" if mb >= 10 else f"{mb:.1f} MB"
+
+
+def write_outputs(out_dir: str, name: str, markdown: str, data: Dict, figure=None):
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {}
+    paths["md"] = os.path.join(out_dir, f"{name}.md")
+    with open(paths["md"], "w") as f:
+        f.write(markdown.rstrip() + "\n")
+    paths["json"] = os.path.join(out_dir, f"{name}.json")
+    with open(paths["json"], "w") as f:
+        json.dump(data, f, indent=1, default=float)
+    if figure is not None:
+        paths["png"] = os.path.join(out_dir, f"{name}.png")
+        figure.savefig(paths["png"], dpi=110, bbox_inches="tight")
+    print("wrote " + ", ".join(paths.values()))
+    return paths
+
+
+def pyplot():
+    import logging
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt

@@ -1,0 +1,281 @@
+"""Generation on this CPU: per-token latency against position, linear_transformer_lm (RNN mode) against fairseq's
+KV-cached transformer_lm.
+
+Both models: 2 layers, d=512, 8 heads, FFN 2048, eval, no_grad. For a position p the incremental state is
+built directly instead of decoding p tokens one by one, then one step is timed:
+``model.decoder(tokens[:, :p+1], incremental_state=state)`` (fairseq slices to the last token itself).
+
+* ``transformer_lm``: each layer's fairseq buffer ``prev_key`` / ``prev_value`` (B x H x p x D) and
+  ``prev_key_padding_mask`` None. The cache content does not change the cost, so it is random here;
+  tests/models/test_decoding_state.py checks with real keys/values that this buffer is exactly what
+  token-by-token decoding builds.
+* ``linear``: each layer's fixed-size state ``KernelAttention.STATE_KEY`` (B x H x M x (D+1), fp32), computed
+  by the module itself from the real layer inputs of a p-token prefix (one full forward, then each layer's
+  attention on its input: the chunked op with ``return_state``); batch B shares the prefix (as beams do).
+
+Every repeat gets a fresh state (a new dict over the same, never modified, tensors: checked via their
+version counters). Latency: median over repeats, cases interleaved. State memory: bytes per layer.
+
+    python scripts/bench_decoding.py --quick
+    python scripts/bench_decoding.py
+"""
+import gc
+import time
+
+import bench_common as bc
+import torch
+
+from fairseq_linattn.attention import KernelAttention
+
+NAME = "bench_decoding"
+TARGET = {"flat_until": 2048, "position": 2048, "speedup": 3.0}
+CASES = ["transformer_lm", "linear"]
+
+
+def parse_ints(text):
+    return [int(x) for x in str(text).split(",") if x]
+
+
+# ------------------------------------------------------------------------------------------------ models
+def lm_args(max_positions, layers=2, dim=512, heads=8, ffn=2048, **extra):
+    return dict(decoder_layers=layers, decoder_embed_dim=dim, decoder_input_dim=dim, decoder_output_dim=dim,
+                decoder_attention_heads=heads, decoder_ffn_embed_dim=ffn, tokens_per_sample=max_positions,
+                max_target_positions=max_positions, dropout=0.0, attention_dropout=0.0, **extra)
+
+
+def build_lm(case, task, **kw):
+    torch.manual_seed(0)
+    arch = "transformer_lm" if case == "transformer_lm" else "linear_transformer_lm"
+    return bc.build_model(arch, task, **lm_args(**kw)).eval()
+
+
+# ------------------------------------------------------------------------------------------------ states
+def capture_layer_inputs(model, tokens):
+    """One full forward (no incremental state); returns each layer's self-attention input (T x B x C)."""
+    inputs, handles = [], []
+    for layer in model.decoder.layers:
+        handles.append(layer.self_attn.register_forward_pre_hook(
+            lambda module, args, kwargs: inputs.append(kwargs.get("query", args[0] if args else None).detach()),
+            with_kwargs=True))
+    try:
+        with torch.no_grad():
+            model.decoder(tokens)
+    finally:
+        for h in handles:
+            h.remove()
+    return inputs
+
+
+def softmax_buffers(model, layer_inputs):
+    """fairseq MultiheadAttention's KV cache for the given layer inputs (p x B x C each): what it stores
+    after decoding those p tokens (keys unscaled, B x H x p x D)."""
+    buffers = []
+    with torch.no_grad():
+        for layer, x in zip(model.decoder.layers, layer_inputs):
+            attn = layer.self_attn
+            t, b, _ = x.shape
+
+            def heads(y):
+                return y.view(t, b, attn.num_heads, attn.head_dim).permute(1, 2, 0, 3).contiguous()
+
+            buffers.append({"prev_key": heads(attn.k_proj(x)), "prev_value": heads(attn.v_proj(x)),
+                            "prev_key_padding_mask": None})
+    return buffers
+
+
+def random_softmax_buffers(model, batch, position, generator):
+    buffers = []
+    for layer in model.decoder.layers:
+        attn = layer.self_attn
+        shape = (batch, attn.num_heads, position, attn.head_dim)
+        buffers.append({"prev_key": torch.randn(shape, generator=generator),
+                        "prev_value": torch.randn(shape, generator=generator),
+                        "prev_key_padding_mask": None})
+    return buffers
+
+
+def linear_buffers(model, layer_inputs):
+    """Each layer's RNN state after the given inputs (p x B x C), computed by the layer's own attention in
+    prompt mode (the chunked causal op continued from a zero state, ``return_state``)."""
+    buffers = []
+    with torch.no_grad():
+        for layer, x in zip(model.decoder.layers, layer_inputs):
+            attn: KernelAttention = layer.self_attn
+            scratch = {}
+            attn(x, x, x, incremental_state=scratch, need_weights=False)
+            buffers.append({KernelAttention.STATE_KEY: attn._get_input_buffer(scratch)[KernelAttention.STATE_KEY]})
+    return buffers
+
+
+def install(model, buffers):
+    """A fresh incremental state holding ``buffers`` (one dict per layer, tensors shared, never modified)."""
+    state = {}
+    for layer, buffer in zip(model.decoder.layers, buffers):
+        layer.self_attn._set_input_buffer(state, dict(buffer))
+    return state
+
+
+def buffers_bytes_per_layer(buffers):
+    return sum(t.numel() * t.element_size() for t in buffers[0].values() if t is not None)
+
+
+def versions(buffers):
+    return [t._version for b in buffers for t in b.values() if t is not None]
+
+
+# ------------------------------------------------------------------------------------------------ main
+def main():
+    parser = bc.common_args(__doc__.split("\n")[0])
+    parser.add_argument("--positions", default="16,64,256,1024,2048,4096,8192,16384")
+    parser.add_argument("--batches", default="1,8", help="batch sizes (8: beam-like)")
+    parser.add_argument("--vocab", type=int, default=100)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=40)
+    parser.add_argument("--budget", type=float, default=1.5, help="seconds of timed repeats per case (>= 5 runs)")
+    args = parser.parse_args()
+    if args.quick:
+        args.positions, args.repeats, args.budget = "16,256,1024", 10, 0.3
+    positions, batches = parse_ints(args.positions), parse_ints(args.batches)
+    max_p = max(positions)
+
+    run = bc.start_run(args)
+    info = run["machine"]
+    print(bc.machine_line(info, run["load_start"], run["load_start"]), flush=True)
+    task = bc.FakeTask(args.vocab, max_p + 8)
+    models = {case: build_lm(case, task, max_positions=max_p + 8) for case in CASES}
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(4, 4 + args.vocab, (1, max_p + 1), generator=generator)
+    t0 = time.perf_counter()
+    prefix_inputs = capture_layer_inputs(models["linear"], tokens[:, :max_p])  # causal: prefixes are exact
+    print(f"linear model: layer inputs of a {max_p}-token prefix in {time.perf_counter() - t0:.1f} s", flush=True)
+
+    results = []
+    for batch in batches:
+        batch_tokens = tokens.expand(batch, -1)
+        for p in positions:
+            buffers = {
+                "transformer_lm": random_softmax_buffers(models["transformer_lm"], batch, p, generator),
+                "linear": [{k: v.expand(batch, *v.shape[1:]).contiguous() for k, v in b.items()}
+                           for b in linear_buffers(models["linear"], [x[:p, :1] for x in prefix_inputs])],
+            }
+            before = {case: versions(b) for case, b in buffers.items()}
+            states = {}
+
+            def setup_for(case):
+                def setup():
+                    states[case] = install(models[case], buffers[case])
+                return setup
+
+            def step_for(case):
+                step_tokens = batch_tokens[:, : p + 1]
+
+                def step():
+                    with torch.no_grad():
+                        models[case].decoder(step_tokens, incremental_state=states[case])
+                return step
+
+            times = bc.interleaved_times({c: step_for(c) for c in CASES}, warmup=args.warmup, repeats=args.repeats,
+                                         budget_s=args.budget, min_repeats=5, setup={c: setup_for(c) for c in CASES})
+            for case in CASES:
+                assert versions(buffers[case]) == before[case], f"{case}: the state was modified in place"
+                results.append({"batch": batch, "position": p, "case": case, "times_s": times[case],
+                                "median_s": bc.median(times[case]),
+                                "state_bytes_per_layer": buffers_bytes_per_layer(buffers[case])})
+            soft = bc.median(times["transformer_lm"])
+            lin = bc.median(times["linear"])
+            print(f"B={batch} p={p}: transformer_lm {bc.fmt_ms(soft)}, linear {bc.fmt_ms(lin)} "
+                  f"({soft / lin:.2f}x), load {bc.fmt_load(bc.loadavg())}", flush=True)
+            del buffers, states
+            gc.collect()
+
+    data = {"machine": info, "wait": run["wait"], "load_start": run["load_start"], "load_end": bc.loadavg(),
+            "started": run["started"], "args": vars(args), "results": results, "target": TARGET}
+    markdown, verdicts = render(data)
+    print()
+    print(markdown)
+    bc.write_outputs(args.out, NAME, markdown, data, plot(data))
+    for v in verdicts:
+        print(v)
+
+
+def get(results, batch, p, case):
+    return next((r for r in results if r["batch"] == batch and r["position"] == p and r["case"] == case), None)
+
+
+def fmt_bytes(n):
+    for unit, size in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
+
+
+def render(data):
+    results = data["results"]
+    machine = bc.machine_line(data["machine"], data["load_start"], data["load_end"])
+    lines = ["### Generation on CPU: per-token latency against position", "",
+             f"{machine}.", "",
+             "2 layers, d=512, 8 heads, FFN 2048, vocabulary "
+             f"{data['args']['vocab'] + 5}, eval, no_grad; one decoder step at position p from a state built "
+             "directly (fairseq's KV cache `prev_key`/`prev_value` for transformer_lm; the layer's own "
+             "fixed-size state for linear); median (fastest) over interleaved repeats with a fresh state each. "
+             "fairseq's cache grows by `torch.cat` every step, i.e. a fresh allocation of the whole cache, so its "
+             "times vary with the allocator (page faults) from step to step. State: bytes per layer (fp32).", ""]
+    batches = sorted({r["batch"] for r in results})
+    positions = sorted({r["position"] for r in results})
+    for batch in batches:
+        rows = []
+        for p in positions:
+            soft, lin = get(results, batch, p, "transformer_lm"), get(results, batch, p, "linear")
+            rows.append([p, f"{bc.fmt_ms(soft['median_s'])} ({bc.fmt_ms(min(soft['times_s']))})",
+                         f"{bc.fmt_ms(lin['median_s'])} ({bc.fmt_ms(min(lin['times_s']))})",
+                         bc.fmt_x(soft["median_s"] / lin["median_s"]),
+                         fmt_bytes(soft["state_bytes_per_layer"]), fmt_bytes(lin["state_bytes_per_layer"])])
+        lines += [f"Batch {batch}{' (beam-like)' if batch > 1 else ''}:", "",
+                  bc.md_table(["position", "transformer_lm (KV cache)", "linear (RNN)", "speed-up",
+                               "KV cache / layer", "linear state / layer"], rows), ""]
+    verdicts = []
+    t = data["target"]
+    for batch in batches:
+        flat = [get(results, batch, p, "linear")["median_s"] for p in positions if p <= t["flat_until"]]
+        ratio = max(flat) / min(flat) if flat else float("nan")
+        at = get(results, batch, t["position"], "linear")
+        soft = get(results, batch, t["position"], "transformer_lm")
+        speed = soft["median_s"] / at["median_s"] if at and soft else float("nan")
+        verdicts.append(
+            f"TARGET B={batch}: linear latency from position {positions[0]} to {t['flat_until']}: max/min "
+            f"{ratio:.2f} ({'flat' if ratio <= 1.3 else 'NOT flat'} at a 1.3 tolerance); at position "
+            f"{t['position']} {speed:.2f}x faster than KV-cached transformer_lm "
+            f"(target >= {t['speedup']}x: {'MET' if speed >= t['speedup'] else 'MISSED'})")
+    lines += verdicts
+    return "\n".join(lines), verdicts
+
+
+def plot(data):
+    plt = bc.pyplot()
+    results = data["results"]
+    batches = sorted({r["batch"] for r in results})
+    fig, axes = plt.subplots(1, len(batches) + 1, figsize=(5 * (len(batches) + 1), 4.2))
+    for ax, batch in zip(axes, batches):
+        for case in CASES:
+            rs = sorted((r for r in results if r["batch"] == batch and r["case"] == case), key=lambda r: r["position"])
+            ax.plot([r["position"] for r in rs], [r["median_s"] * 1000 for r in rs], marker="o", label=case)
+        ax.set_title(f"batch {batch}")
+        ax.set_ylabel("ms per token")
+    ax = axes[-1]
+    for case in CASES:
+        rs = sorted((r for r in results if r["batch"] == batches[0] and r["case"] == case), key=lambda r: r["position"])
+        ax.plot([r["position"] for r in rs], [r["state_bytes_per_layer"] / 1024 for r in rs], marker="o", label=case)
+    ax.set_title(f"state per layer, batch {batches[0]}")
+    ax.set_ylabel("KB")
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("position")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"decoding, {data['machine']['cpu']}, {data['machine']['threads']} threads", fontsize=10)
+    return fig
+
+
+if __name__ == "__main__":
+    main()

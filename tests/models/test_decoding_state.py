@@ -1,0 +1,112 @@
+"""The directly-built incremental states of scripts/bench_decoding.py are what token-by-token decoding builds.
+
+bench_decoding.py times one decoder step at position p from a state it builds without decoding p tokens
+(fairseq's KV cache for transformer_lm, the layer's own RNN state for linear_transformer_lm). Here, on small
+models: decode a random sequence token by token; the state after p tokens, and the logits of step p from the
+directly-built state, must equal those of the token-by-token route (and the full forward's).
+"""
+import os
+import sys
+
+import pytest
+import torch
+
+from fairseq_linattn.attention import KernelAttention
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts")
+if SCRIPTS not in sys.path:
+    sys.path.insert(0, SCRIPTS)
+
+import bench_common as bc  # noqa: E402
+import bench_decoding as bd  # noqa: E402
+
+SMALL = dict(layers=2, dim=32, heads=4, ffn=64)
+P = 21  # chunk_size 8 below: the prompt route crosses chunk boundaries and ends mid-chunk
+
+
+@pytest.fixture(scope="module")
+def models():
+    task = bc.FakeTask(40, 64)
+    return {
+        "transformer_lm": bd.build_lm("transformer_lm", task, max_positions=64, **SMALL),
+        "linear": bd.build_lm("linear", task, max_positions=64, chunk_size=8, **SMALL),
+    }
+
+
+def decode_token_by_token(model, tokens, steps):
+    """Logits of each step (B x V) and the per-layer buffers after ``steps - 1`` tokens (before the last step)."""
+    state, logits, before_last = {}, [], None
+    with torch.no_grad():
+        for t in range(steps):
+            if t == steps - 1:
+                before_last = [dict(layer.self_attn._get_input_buffer(state)) for layer in model.decoder.layers]
+            out, _ = model.decoder(tokens[:, : t + 1], incremental_state=state)
+            logits.append(out[:, -1])
+    return logits, before_last
+
+
+def step_from(model, buffers, tokens):
+    with torch.no_grad():
+        out, _ = model.decoder(tokens, incremental_state=bd.install(model, buffers))
+    return out[:, -1]
+
+
+def full_forward_logits(model, tokens):
+    with torch.no_grad():
+        return model.decoder(tokens)[0]
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_softmax_kv_cache_built_directly(models, batch):
+    model = models["transformer_lm"]
+    tokens = torch.randint(4, 44, (batch, P + 1))
+    logits, cache = decode_token_by_token(model, tokens, P + 1)
+    built = bd.softmax_buffers(model, bd.capture_layer_inputs(model, tokens[:, :P]))
+    for ours, theirs in zip(built, cache):
+        assert set(ours) == {"prev_key", "prev_value", "prev_key_padding_mask"} and ours["prev_key_padding_mask"] is None
+        assert theirs.get("prev_key_padding_mask") is None
+        for key in ("prev_key", "prev_value"):
+            assert ours[key].shape == theirs[key].shape == (batch, 4, P, 8)
+            torch.testing.assert_close(ours[key], theirs[key], rtol=1e-5, atol=1e-5)
+    direct = step_from(model, built, tokens)
+    torch.testing.assert_close(direct, logits[P], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(direct, full_forward_logits(model, tokens)[:, P], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_linear_state_built_directly(models, batch):
+    model = models["linear"]
+    tokens = torch.randint(4, 44, (batch, P + 1))
+    logits, recurrent = decode_token_by_token(model, tokens, P + 1)
+    built = bd.linear_buffers(model, bd.capture_layer_inputs(model, tokens[:, :P]))
+    attn = model.decoder.layers[0].self_attn
+    for ours, theirs in zip(built, recurrent):
+        state = ours[KernelAttention.STATE_KEY]
+        assert state.dtype == torch.float32
+        assert state.shape == (batch, attn.num_heads, attn.feature_map.feature_dim, attn.head_dim + 1)
+        torch.testing.assert_close(state, theirs[KernelAttention.STATE_KEY], rtol=1e-5, atol=1e-5)
+    direct = step_from(model, built, tokens)
+    torch.testing.assert_close(direct, logits[P], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(direct, full_forward_logits(model, tokens)[:, P], rtol=1e-4, atol=1e-5)
+
+
+def test_shared_prefix_expanded_to_a_batch(models):
+    """The benchmark builds batch B > 1 from one prefix (as beams share their prompt)."""
+    model = models["linear"]
+    tokens = torch.randint(4, 44, (1, P + 1))
+    one = bd.linear_buffers(model, bd.capture_layer_inputs(model, tokens[:, :P]))
+    four = [{k: v.expand(4, *v.shape[1:]).contiguous() for k, v in b.items()} for b in one]
+    torch.testing.assert_close(step_from(model, four, tokens.expand(4, -1)), step_from(model, one, tokens).expand(4, -1))
+
+
+def test_a_step_leaves_the_installed_tensors_untouched(models):
+    """Repeats reuse the same tensors under a fresh dict: neither model may modify them in place."""
+    for case, model in models.items():
+        tokens = torch.randint(4, 44, (2, P + 1))
+        inputs = bd.capture_layer_inputs(model, tokens[:, :P])
+        buffers = bd.softmax_buffers(model, inputs) if case == "transformer_lm" else bd.linear_buffers(model, inputs)
+        before = bd.versions(buffers)
+        first = step_from(model, buffers, tokens)
+        second = step_from(model, buffers, tokens)
+        assert bd.versions(buffers) == before, case
+        torch.testing.assert_close(first, second, rtol=0, atol=0)
