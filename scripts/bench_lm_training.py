@@ -17,8 +17,8 @@ Times: median over interleaved repeats in one process; memory: each case again i
     python scripts/bench_lm_training.py --quick
     python scripts/bench_lm_training.py
 """
-import copy
 import gc
+import sys
 import time
 
 import bench_common as bc
@@ -146,9 +146,9 @@ def main():
     parser.add_argument("--no-profile", action="store_true", help="skip the torch.profiler breakdown at n=4096")
     parser.add_argument("--memory-fraction", type=float, default=0.5,
                         help="skip a case predicted to need more than this fraction of the available memory")
+    if "--quick" in sys.argv:  # smaller defaults; explicit options still win
+        parser.set_defaults(lengths="256,512,1024", repeats=3, budget=1.0)
     args = parser.parse_args()
-    if args.quick:
-        args.lengths, args.repeats, args.budget = "256,512,1024", 3, 1.0
     cfg = {"layers": args.layers, "dim": args.dim, "heads": args.heads, "ffn": args.ffn, "vocab": args.vocab}
     lengths = parse_ints(args.lengths)
 
