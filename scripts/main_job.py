@@ -39,8 +39,8 @@ class Scale:
     validate_every: int
 
 
-FULL = Scale(corpus_chars=8_000_000, vocab=4000, tokens_per_sample=256, pretrain_updates=200,
-             finetune_updates=100, lm_updates=200, validate_every=40)
+FULL = Scale(corpus_chars=8_000_000, vocab=4000, tokens_per_sample=256, pretrain_updates=150,
+             finetune_updates=100, lm_updates=150, validate_every=50)
 QUICK = Scale(corpus_chars=400_000, vocab=1000, tokens_per_sample=128, pretrain_updates=40,
               finetune_updates=30, lm_updates=40, validate_every=10)
 
