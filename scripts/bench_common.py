@@ -2,7 +2,8 @@
 
 * models are built the way fairseq builds them (arch defaults applied to a Namespace, then
   ``build_model(args, task)``) with a fake task that only carries a Dictionary: no data on disk;
-* attention swaps: :class:`ZeroAttention` (the attention-free ceiling) and the SDPA baseline
+* attention swaps: :class:`ZeroAttention` (the attention-free ceiling), :class:`ProjectionsOnlyAttention`
+  (the q/k/v/out projections without attention: the floor of any attention that has them) and the SDPA baseline
   (:class:`fairseq_linattn.attention.full.SoftmaxAttention` with fairseq's weights copied in);
 * timing: warm-up, then cases interleaved round by round (rotating the order), median per case;
 * peak memory: each case runs in a fresh process (forked from a forkserver that has only imported torch,
@@ -40,6 +41,7 @@ from fairseq.models import (  # noqa: E402
 )
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase  # noqa: E402
 
+from fairseq_linattn.attention.base import SelfAttention  # noqa: E402
 from fairseq_linattn.attention.full import SoftmaxAttention  # noqa: E402
 
 MB = 1024.0 * 1024.0
@@ -65,6 +67,26 @@ def loadavg() -> List[float]:
         return [float("nan")] * 3
 
 
+# glibc returns freed blocks above its mmap threshold (and the top of the heap past its trim threshold) to the
+# OS, so a step's large activations are page-faulted in again on the next step; ``--malloc keep`` re-runs the
+# script with these settings so that freed memory is kept and reused (what a caching allocator does). Measured
+# at n=4096 in bench_lm_training: every model's step gets faster, the linear and attention-free ones most.
+MALLOC_KEEP = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 * 1024**2),  # glibc's maximum: smaller blocks come from the heap
+    "MALLOC_TRIM_THRESHOLD_": str(16 * 1024**3),  # never shrink the heap
+    "MALLOC_TOP_PAD_": str(512 * 1024**2),  # grow it in large steps
+}
+
+
+def malloc_settings() -> str:
+    found = [f"{k}={os.environ[k]}" for k in sorted(os.environ) if k.startswith("MALLOC_") and k.endswith("_")]
+    return ", ".join(found) if found else "glibc defaults"
+
+
+def output_name(name: str, args) -> str:
+    return f"{name}_malloc_keep" if getattr(args, "malloc", "default") == "keep" else name
+
+
 def machine_info(threads: int) -> Dict:
     try:
         usable = len(os.sched_getaffinity(0))
@@ -78,6 +100,7 @@ def machine_info(threads: int) -> Dict:
         "threads": threads,
         "python": platform.python_version(),
         "mem_total_gb": round(mem_info("MemTotal") / 1024**3, 1),
+        "malloc": malloc_settings(),
     }
 
 
@@ -98,7 +121,7 @@ def machine_line(info: Dict, load_start: List[float], load_end: List[float]) -> 
     return (
         f"CPU: {info['cpu']}, {info['usable_cores']} cores, {info['mem_total_gb']} GB; torch {info['torch']} "
         f"({info['threads']} threads), Python {info['python']}, fp32; load average (1/5/15 min) "
-        f"at start {fmt_load(load_start)}, at end {fmt_load(load_end)}"
+        f"at start {fmt_load(load_start)}, at end {fmt_load(load_end)}; malloc: {info.get('malloc', 'glibc defaults')}"
     )
 
 
@@ -132,10 +155,16 @@ def common_args(description: str, out_default: str = "results") -> argparse.Argu
     parser.add_argument("--max-wait", type=float, default=600.0,
                         help="seconds to wait for a quiet machine before running anyway (default 600)")
     parser.add_argument("--no-memory", action="store_true", help="skip the per-case peak-memory subprocesses")
+    parser.add_argument("--malloc", choices=["default", "keep"], default="default",
+                        help="keep: re-run with glibc set to keep freed memory (MALLOC_KEEP) for every case; "
+                             "results get a _malloc_keep suffix")
     return parser
 
 
 def start_run(args) -> Dict:
+    if args.malloc == "keep" and any(os.environ.get(k) != v for k, v in MALLOC_KEEP.items()):
+        # glibc reads these once, at start-up: run this script again in a process that has them
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **MALLOC_KEEP})
     torch.set_num_threads(args.threads)
     info = machine_info(args.threads)
     wait = {"waited_s": 0.0, "quiet": None, "load": loadavg(), "threshold": args.load_threshold}
@@ -210,6 +239,23 @@ class ZeroAttention(nn.Module):
 
     def reorder_incremental_state(self, incremental_state, new_order):
         return incremental_state
+
+
+class ProjectionsOnlyAttention(SelfAttention):
+    """The four d x d projections of multi-head attention with the mixing between them replaced by a sum:
+    ``out_proj(q_proj(x) + k_proj(x) + v_proj(x))``. Every attention that keeps fairseq's q/k/v/out
+    projections (softmax, Linformer, kernel) does at least this work, so a model with it is the floor of their
+    step time and its speed-up over transformer_lm the ceiling of theirs. Needs no incremental state."""
+
+    def attend(self, query, padding_mask, attn_mask, incremental_state, need_weights):
+        mixed = self.q_proj(query) + self.k_proj(query) + self.v_proj(query)
+        return self.out_proj(mixed), None
+
+
+def as_projections_only(old: nn.Module) -> ProjectionsOnlyAttention:
+    new = ProjectionsOnlyAttention(old.embed_dim, old.num_heads)
+    new.load_state_dict({k: v for k, v in old.state_dict().items() if k.split(".")[0].endswith("proj")})
+    return new
 
 
 def swap_attention(model: nn.Module, factory: Callable[[nn.Module], nn.Module]) -> nn.Module:

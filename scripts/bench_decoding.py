@@ -13,6 +13,10 @@ built directly instead of decoding p tokens one by one, then one step is timed:
   by the module itself from the real layer inputs of a p-token prefix (one full forward, then each layer's
   attention on its input: the chunked op with ``return_state``); batch B shares the prefix (as beams do).
 
+* ``projections only``: the same model with each attention reduced to its four d x d projections (their sum
+  goes through ``out_proj``; no state): all the per-token work of a layer except attending to the past, the
+  floor of any decoder of this size, so transformer_lm's time over it is the ceiling of any speed-up.
+
 Every repeat gets a fresh state (a new dict over the same, never modified, tensors: checked via their
 version counters). Latency: median over repeats, cases interleaved. State memory: bytes per layer.
 
@@ -30,7 +34,7 @@ from fairseq_linattn.attention import KernelAttention
 
 NAME = "bench_decoding"
 TARGET = {"flat_until": 2048, "position": 2048, "speedup": 3.0}
-CASES = ["transformer_lm", "linear"]
+CASES = ["transformer_lm", "linear", "projections only"]
 
 
 def parse_ints(text):
@@ -47,7 +51,10 @@ def lm_args(max_positions, layers=2, dim=512, heads=8, ffn=2048, **extra):
 def build_lm(case, task, **kw):
     torch.manual_seed(0)
     arch = "transformer_lm" if case == "transformer_lm" else "linear_transformer_lm"
-    return bc.build_model(arch, task, **lm_args(**kw)).eval()
+    model = bc.build_model(arch, task, **lm_args(**kw)).eval()
+    if case == "projections only":
+        bc.swap_attention(model, bc.as_projections_only)
+    return model.eval()
 
 
 # ------------------------------------------------------------------------------------------------ states
@@ -158,6 +165,7 @@ def main():
                 "transformer_lm": random_softmax_buffers(models["transformer_lm"], batch, p, generator),
                 "linear": [{k: v.expand(batch, *v.shape[1:]).contiguous() for k, v in b.items()}
                            for b in linear_buffers(models["linear"], [x[:p, :1] for x in prefix_inputs])],
+                "projections only": [{} for _ in models["projections only"].decoder.layers],
             }
             before = {case: versions(b) for case, b in buffers.items()}
             states = {}
@@ -184,8 +192,10 @@ def main():
                                 "state_bytes_per_layer": buffers_bytes_per_layer(buffers[case])})
             soft = bc.median(times["transformer_lm"])
             lin = bc.median(times["linear"])
+            floor = bc.median(times["projections only"])
             print(f"B={batch} p={p}: transformer_lm {bc.fmt_ms(soft)}, linear {bc.fmt_ms(lin)} "
-                  f"({soft / lin:.2f}x), load {bc.fmt_load(bc.loadavg())}", flush=True)
+                  f"({soft / lin:.2f}x), projections only {bc.fmt_ms(floor)} (ceiling {soft / floor:.2f}x), "
+                  f"load {bc.fmt_load(bc.loadavg())}", flush=True)
             del buffers, states
             gc.collect()
 
@@ -194,7 +204,7 @@ def main():
     markdown, verdicts = render(data)
     print()
     print(markdown)
-    bc.write_outputs(args.out, NAME, markdown, data, plot(data))
+    bc.write_outputs(args.out, bc.output_name(NAME, args), markdown, data, plot(data))
     for v in verdicts:
         print(v)
 
@@ -218,7 +228,9 @@ def render(data):
              "2 layers, d=512, 8 heads, FFN 2048, vocabulary "
              f"{data['args']['vocab'] + 5}, eval, no_grad; one decoder step at position p from a state built "
              "directly (fairseq's KV cache `prev_key`/`prev_value` for transformer_lm; the layer's own "
-             "fixed-size state for linear); median (fastest) over interleaved repeats with a fresh state each. "
+             "fixed-size state for linear); `projections only`: each attention reduced to its four d x d projections, "
+             "no state (the floor of any decoder of this size; ceiling = transformer_lm / floor); median (fastest) "
+             "over interleaved repeats with a fresh state each. "
              "fairseq's cache grows by `torch.cat` every step, i.e. a fresh allocation of the whole cache, so its "
              "times vary with the allocator (page faults) from step to step. State: bytes per layer (fp32).", ""]
     batches = sorted({r["batch"] for r in results})
@@ -227,13 +239,17 @@ def render(data):
         rows = []
         for p in positions:
             soft, lin = get(results, batch, p, "transformer_lm"), get(results, batch, p, "linear")
+            floor = get(results, batch, p, "projections only")
             rows.append([p, f"{bc.fmt_ms(soft['median_s'])} ({bc.fmt_ms(min(soft['times_s']))})",
                          f"{bc.fmt_ms(lin['median_s'])} ({bc.fmt_ms(min(lin['times_s']))})",
                          bc.fmt_x(soft["median_s"] / lin["median_s"]),
+                         f"{bc.fmt_ms(floor['median_s'])} ({bc.fmt_ms(min(floor['times_s']))})" if floor else "–",
+                         bc.fmt_x(soft["median_s"] / floor["median_s"]) if floor else "–",
                          fmt_bytes(soft["state_bytes_per_layer"]), fmt_bytes(lin["state_bytes_per_layer"])])
         lines += [f"Batch {batch}{' (beam-like)' if batch > 1 else ''}:", "",
                   bc.md_table(["position", "transformer_lm (KV cache)", "linear (RNN)", "speed-up",
-                               "KV cache / layer", "linear state / layer"], rows), ""]
+                               "projections only (floor)", "ceiling", "KV cache / layer", "linear state / layer"],
+                              rows), ""]
     verdicts = []
     t = data["target"]
     for batch in batches:
@@ -242,11 +258,18 @@ def render(data):
         at = get(results, batch, t["position"], "linear")
         soft = get(results, batch, t["position"], "transformer_lm")
         speed = soft["median_s"] / at["median_s"] if at and soft else float("nan")
+        floor = get(results, batch, t["position"], "projections only")
         if at is None or soft is None:
             versus = f"position {t['position']} not measured"
         else:
             versus = (f"at position {t['position']} {speed:.2f}x faster than KV-cached transformer_lm "
                       f"(target >= {t['speedup']}x: {'MET' if speed >= t['speedup'] else 'MISSED'})")
+            if floor is not None:
+                ceiling = soft["median_s"] / floor["median_s"]
+                versus += f"; projections-only ceiling {ceiling:.2f}x, linear at {100 * speed / ceiling:.0f}% of it"
+                if ceiling < t["speedup"]:
+                    versus += ": the target is above what any decoder of this size reaches on this machine"
+
         verdicts.append(
             f"TARGET B={batch}: linear latency from position {positions[0]} to {t['flat_until']}: max/min "
             f"{ratio:.2f} ({'flat' if ratio <= 1.3 else 'NOT flat'} at a 1.3 tolerance); {versus}")
@@ -266,7 +289,7 @@ def plot(data):
         ax.set_title(f"batch {batch}")
         ax.set_ylabel("ms per token")
     ax = axes[-1]
-    for case in CASES:
+    for case in ("transformer_lm", "linear"):  # the floor keeps no state
         rs = sorted((r for r in results if r["batch"] == batches[0] and r["case"] == case), key=lambda r: r["position"])
         ax.plot([r["position"] for r in rs], [r["state_bytes_per_layer"] / 1024 for r in rs], marker="o", label=case)
     ax.set_title(f"state per layer, batch {batches[0]}")

@@ -192,7 +192,7 @@ def main():
     markdown, verdict = render(data)
     print()
     print(markdown)
-    bc.write_outputs(args.out, NAME, markdown, data, plot(data))
+    bc.write_outputs(args.out, bc.output_name(NAME, args), markdown, data, plot(data))
     print(verdict)
 
 

@@ -96,12 +96,14 @@ def recurrent_linear_attention_step(
     _check_shapes(q, k, v)
     _check_state(state, q, v)
     dtype = state.dtype
-    q, k = q.to(dtype), k.to(dtype)
-    v_and_one = F.pad(v.to(dtype), (0, 1), value=1.0)  # the ones column makes the normaliser come out too
-    new_state = state + torch.matmul(k.transpose(-1, -2), v_and_one)
-    if q.size(-2) == 1:
+    q, k, v_compute = (x if x.dtype == dtype else x.to(dtype) for x in (q, k, v))
+    # the ones column makes the normaliser come out of the same products
+    v_and_one = torch.cat((v_compute, v_compute.new_ones(*v.shape[:-1], 1)), dim=-1)
+    if q.size(-2) == 1:  # generation: one token, an outer product (one fused op: this runs per token)
+        new_state = torch.addcmul(state, k.transpose(-1, -2), v_and_one)
         out = torch.matmul(q, new_state)
     else:
+        new_state = state + torch.matmul(k.transpose(-1, -2), v_and_one)
         scores = torch.matmul(q, k.transpose(-1, -2)).tril()
         out = torch.matmul(q, state) + torch.matmul(scores, v_and_one)
     numerator, normaliser = out[..., :-1], out[..., -1:]

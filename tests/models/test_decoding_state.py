@@ -110,3 +110,27 @@ def test_a_step_leaves_the_installed_tensors_untouched(models):
         second = step_from(model, buffers, tokens)
         assert bd.versions(buffers) == before, case
         torch.testing.assert_close(first, second, rtol=0, atol=0)
+
+
+def test_projections_only_floor_does_the_projections_of_the_model_it_replaces():
+    """The benchmarks' floor case keeps a layer's four projections (same weights), mixes nothing, keeps no
+    state, and leaves everything outside the attention as it was."""
+    task = bc.FakeTask(40, 64)
+    linear = bd.build_lm("linear", task, max_positions=64, **SMALL)
+    floor = bd.build_lm("projections only", task, max_positions=64, **SMALL)
+    assert sum(p.numel() for p in floor.parameters()) == sum(p.numel() for p in linear.parameters())
+    for a, b in zip(linear.decoder.layers, floor.decoder.layers):
+        assert isinstance(b.self_attn, bc.ProjectionsOnlyAttention)
+        for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            assert torch.equal(getattr(a.self_attn, name).weight, getattr(b.self_attn, name).weight)
+    attn = floor.decoder.layers[0].self_attn
+    x = torch.randn(5, 2, SMALL["dim"])
+    expected = attn.out_proj(attn.q_proj(x) + attn.k_proj(x) + attn.v_proj(x))
+    assert torch.allclose(attn(x, x, x, need_weights=False)[0], expected)
+    tokens = torch.randint(4, 40, (2, 6))
+    state = {}
+    with torch.no_grad():
+        incremental = [floor.decoder(tokens[:, : t + 1], incremental_state=state)[0][:, -1] for t in range(6)]
+        full = floor.decoder(tokens)[0]
+    # no state: each position sees only itself, token by token exactly as in one pass
+    assert torch.allclose(torch.stack(incremental, 1), full, atol=1e-5)
