@@ -242,20 +242,33 @@ class ZeroAttention(nn.Module):
 
 
 class ProjectionsOnlyAttention(SelfAttention):
-    """The four d x d projections of multi-head attention with the mixing between them replaced by a sum:
-    ``out_proj(q_proj(x) + k_proj(x) + v_proj(x))``. Every attention that keeps fairseq's q/k/v/out
-    projections (softmax, Linformer, kernel) does at least this work, so a model with it is the floor of their
-    step time and its speed-up over transformer_lm the ceiling of theirs. Needs no incremental state."""
+    """The d x d projections of multi-head attention on all n positions with the mixing between them replaced
+    by a sum: ``out_proj(q_proj(x) + k_proj(x) + v_proj(x))``. Every attention that keeps fairseq's q/k/v/out
+    projections (softmax, kernel) does at least this work, so a model with it is the floor of their step time
+    and its speed-up over the softmax model the ceiling of theirs. Needs no incremental state.
+
+    ``inputs`` names the input projections kept: Linformer projects keys and values after compressing the
+    sequence to k rows, so its n-row work is only ``("q_proj",)`` and the output projection."""
+
+    def __init__(self, embed_dim: int, num_heads: int, inputs=("q_proj", "k_proj", "v_proj")):
+        super().__init__(embed_dim, num_heads)
+        self.inputs = tuple(inputs)
 
     def attend(self, query, padding_mask, attn_mask, incremental_state, need_weights):
-        mixed = self.q_proj(query) + self.k_proj(query) + self.v_proj(query)
+        mixed = getattr(self, self.inputs[0])(query)
+        for name in self.inputs[1:]:
+            mixed = mixed + getattr(self, name)(query)
         return self.out_proj(mixed), None
 
 
-def as_projections_only(old: nn.Module) -> ProjectionsOnlyAttention:
-    new = ProjectionsOnlyAttention(old.embed_dim, old.num_heads)
+def as_projections_only(old: nn.Module, inputs=("q_proj", "k_proj", "v_proj")) -> ProjectionsOnlyAttention:
+    new = ProjectionsOnlyAttention(old.embed_dim, old.num_heads, inputs)
     new.load_state_dict({k: v for k, v in old.state_dict().items() if k.split(".")[0].endswith("proj")})
     return new
+
+
+def as_query_output_projections_only(old: nn.Module) -> ProjectionsOnlyAttention:
+    return as_projections_only(old, inputs=("q_proj",))
 
 
 def swap_attention(model: nn.Module, factory: Callable[[nn.Module], nn.Module]) -> nn.Module:
