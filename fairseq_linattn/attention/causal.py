@@ -126,6 +126,10 @@ def causal_linear_attention(
     (D+1)``, fp32) continues from an earlier call; with ``return_state`` the state after the last token is
     returned too, ready to continue from (on a + b, one call equals two chained calls). Differentiable in
     q, k, v and the initial state, through the output and the final state.
+
+    Inputs may have any strides. Heads split from fairseq's T x B x C tensors are time-major in memory; the
+    op reads them as they are (block by block, into cache-sized buffers) and returns a time-major output, so
+    that neither the split nor the merge of heads around it copies a whole tensor.
     """
     _check_shapes(q, k, v)
     if chunk_size < 1:
@@ -138,33 +142,34 @@ def causal_linear_attention(
     else:
         _check_state(initial_state, q, v)
         state = initial_state.to(dtype)
+    state = state.reshape(-1, feature_dim, value_dim + 1)
+    if length == 0:
+        out = v.new_zeros(v.shape)
+        return (out, state.view(*batch, feature_dim, value_dim + 1)) if return_state else out
 
-    chunk = min(chunk_size, max(length, 1))
-    padding = -length % chunk
-    q, k, v_compute = (x.to(dtype) for x in (q, k, v))
-    if padding:  # zero rows past the end: zero keys add nothing to any state, zero queries give outputs we drop
-        q, k, v_compute = (F.pad(x, (0, 0, 0, padding)) for x in (q, k, v_compute))
-    # contiguous: the op views its inputs as chunks (heads split from T x B x C arrive permuted)
-    flat = [x.reshape(-1, length + padding, x.size(-1)).contiguous() for x in (q, k, v_compute)]
-    out, final_state = _CausalLinearAttention.apply(
-        *flat, state.reshape(-1, feature_dim, value_dim + 1), chunk, eps
-    )
-    out = out.view(*batch, length + padding, value_dim)
-    if padding:
-        out = out[..., :length, :]
-    out = out.to(v.dtype)
+    chunk = min(chunk_size, length)
+    out, final_state = _CausalLinearAttention.apply(*(_time_major(x) for x in (q, k, v)), state, chunk, eps)
+    out = out.view(length, *batch, value_dim).movedim(0, -2).to(v.dtype)
     if return_state:
         return out, final_state.view(*batch, feature_dim, value_dim + 1)
     return out
 
 
+def _time_major(x: Tensor) -> Tensor:
+    """``... x T x F`` -> a ``T x N x F`` view (N = the flattened leading dims); a copy only for layouts where
+    the leading dims cannot be flattened."""
+    return x.movedim(-2, 0).reshape(x.size(-2), -1, x.size(-1))
+
+
 # ---------------------------------------------------------------------------------------------- the chunked op
 class _CausalLinearAttention(torch.autograd.Function):
-    """q, k: N x T x M, v: N x T x D (T a multiple of the chunk), state: N x M x (D+1) -> out, final state.
+    """q, k: T x N x M, v: T x N x D (any strides), state: N x M x (D+1) -> out (T x N x D, time-major,
+    the state's dtype), final state.
 
     Values get a column of ones (v1 = [v, 1]), so that one product gives the numerator and the normaliser
-    and one state S (M x (D+1)) carries both. Work goes block by block (see :func:`_blocks`); in a block of
-    g chunks, with A = tril(q k^T) per chunk and S_c the state before chunk c:
+    and one state S (M x (D+1)) carries both. Work goes block by block (see :func:`_blocks`): a block's
+    inputs are gathered into (rows * g) x chunk x F buffers (zero rows past the end, converted to the compute
+    dtype), and in a block of g chunks, with A = tril(q k^T) per chunk and S_c the state before chunk c:
 
         y_c = q_c S_c + A_c v1_c,    out = y[:, :D] / (y[:, D] + eps),    S_{c+1} = S_c + k_c^T v1_c
 
@@ -177,34 +182,36 @@ class _CausalLinearAttention(torch.autograd.Function):
     its output and normaliser, and two tensors the size of an input: the states S_c and the masked products
     A_c (recomputing those instead measured 10-13% slower at n <= 8K). The backward walks the blocks in
     reverse, carrying dS = Σ_{later chunks} q^T dy, the reverse scan that dK and dV need; dQ uses the S_c.
+    Whole-tensor buffers are few on purpose: on CPU each fresh large allocation is page-faulted in again.
     """
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, state: Tensor, chunk: int, eps: float):
-        n, length, m = q.shape
+        length, n, m = q.shape
         d = v.size(-1)
-        q3, k3, v3 = q.view(-1, chunk, m), k.view(-1, chunk, m), v.view(-1, chunk, d)
-        out = q.new_empty(q3.size(0), chunk, d)
-        den = q.new_empty(q3.size(0), chunk, 1)
-        states = q.new_empty(q3.size(0), m, d + 1)  # before each chunk
-        scores = q.new_empty(q3.size(0), chunk, chunk)  # masked, per chunk
-        final_state = q.new_empty(n, m, d + 1)
+        dtype = state.dtype
+        chunks = -(-length // chunk)
+        out = q.new_empty(length, n, d, dtype=dtype)
+        den = q.new_empty(n * chunks, chunk, 1, dtype=dtype)
+        states = q.new_empty(n * chunks, m, d + 1, dtype=dtype)  # before each chunk
+        scores = q.new_empty(n * chunks, chunk, chunk, dtype=dtype)  # masked, per chunk
+        final_state = q.new_empty(n, m, d + 1, dtype=dtype)
         chunks_per_block = max(1, ROWS_PER_BLOCK_PER_THREAD * torch.get_num_threads() // chunk)
-        blocks = _blocks(n, length // chunk, chunks_per_block)
-        lower = q.new_ones(chunks_per_block, chunks_per_block).tril_(-1)  # see _exclusive_scan
+        blocks = _blocks(n, chunks, chunks_per_block)
+        lower = q.new_ones(chunks_per_block, chunks_per_block, dtype=dtype).tril_(-1)  # see _exclusive_scan
         for blk in blocks:
             if blk.first:
                 s = state[blk.rows]
-            qb, kb, vb = q3[blk.span], k3[blk.span], _with_ones(v3[blk.span])
+            qb, kb = _gather(q, blk, chunk, dtype), _gather(k, blk, chunk, dtype)
+            vb = _gather(v, blk, chunk, dtype, ones=True)
             s_before = states[blk.span]
             s = _exclusive_scan(torch.bmm(kb.transpose(1, 2), vb), blk.num_rows, s, lower, out=s_before)
             scores_b = torch.bmm(qb, kb.transpose(1, 2), out=scores[blk.span]).tril_()
             y = torch.bmm(qb, s_before).baddbmm_(scores_b, vb)
             den_b = torch.add(y[..., d:], eps, out=den[blk.span])
-            torch.div(y[..., :d], den_b, out=out[blk.span])
+            _scatter(out, blk, chunk, y[..., :d].div_(den_b))
             if blk.last:
                 final_state[blk.rows] = s
-        out = out.view(n, length, d)
         ctx.save_for_backward(q, k, v, out, den, states, scores)
         ctx.blocks, ctx.lower = blocks, lower
         return out, final_state
@@ -213,71 +220,81 @@ class _CausalLinearAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out: Tensor, grad_final_state: Tensor):
         q, k, v, out, den, states, scores = ctx.saved_tensors
-        n, length, m = q.shape
+        length, n, m = q.shape
         d = v.size(-1)
+        dtype = states.dtype
         chunk = scores.size(-1)
-        q3, k3, v3 = q.view(-1, chunk, m), k.view(-1, chunk, m), v.view(-1, chunk, d)
-        out3, grad_out3 = out.view(-1, chunk, d), grad_out.contiguous().view(-1, chunk, d)
-        grad_q, grad_k, grad_v = torch.empty_like(q3), torch.empty_like(k3), torch.empty_like(out3)
-        grad_state = q.new_empty(n, m, d + 1)
+        # time-major like the inputs' views of fairseq's T x B x C projections: their backward needs no copy
+        grad_q, grad_k = q.new_empty(length, n, m), k.new_empty(length, n, m)
+        grad_v = v.new_empty(length, n, d)
+        grad_state = states.new_empty(n, m, d + 1)
         for blk in reversed(ctx.blocks):
             if blk.last:  # the gradient reaching the state after the block's last chunk
                 ds = grad_final_state[blk.rows]
-            qb, kb, vb = q3[blk.span], k3[blk.span], _with_ones(v3[blk.span])
+            qb, kb = _gather(q, blk, chunk, dtype), _gather(k, blk, chunk, dtype)
+            vb = _gather(v, blk, chunk, dtype, ones=True)
             s_before, scores_b = states[blk.span], scores[blk.span]
             # dy = [d numerator, d normaliser] = [dOut / den, -(dOut · out) / den]
-            dy = q.new_empty(qb.size(0), chunk, d + 1)
-            d_num = torch.div(grad_out3[blk.span], den[blk.span], out=dy[..., :d])
-            torch.sum(d_num * out3[blk.span], -1, keepdim=True, out=dy[..., d:]).neg_()
+            dy = _gather(grad_out, blk, chunk, dtype, ones=True)
+            d_num = dy[..., :d].div_(den[blk.span])
+            torch.sum(d_num * _gather(out, blk, chunk, dtype), -1, keepdim=True, out=dy[..., d:]).neg_()
             ds_after, ds = _reverse_exclusive_scan(torch.bmm(qb.transpose(1, 2), dy), blk.num_rows, ds, ctx.lower)
             d_scores = torch.bmm(dy, vb.transpose(1, 2)).tril_()
-            torch.bmm(d_scores, kb, out=grad_q[blk.span]).baddbmm_(dy, s_before.transpose(1, 2))
-            torch.bmm(d_scores.transpose(1, 2), qb, out=grad_k[blk.span]).baddbmm_(
-                vb, ds_after.transpose(1, 2)
-            )
-            torch.bmm(scores_b.transpose(1, 2), d_num, out=grad_v[blk.span]).baddbmm_(kb, ds_after[..., :d])
+            _scatter(grad_q, blk, chunk, torch.bmm(d_scores, kb).baddbmm_(dy, s_before.transpose(1, 2)))
+            _scatter(grad_k, blk, chunk,
+                     torch.bmm(d_scores.transpose(1, 2), qb).baddbmm_(vb, ds_after.transpose(1, 2)))
+            _scatter(grad_v, blk, chunk, torch.bmm(scores_b.transpose(1, 2), d_num).baddbmm_(kb, ds_after[..., :d]))
             if blk.first:
                 grad_state[blk.rows] = ds
-        grads = grad_q.view(n, length, m), grad_k.view(n, length, m), grad_v.view(n, length, d)
-        return (*grads, grad_state, None, None)
+        return grad_q, grad_k, grad_v, grad_state, None, None
 
 
-def _with_ones(v: Tensor) -> Tensor:
-    """[v, 1] along the last dim, for one block at a time (a copy of the whole of v would be one more
-    input-sized allocation to page in), written into an empty tensor (F.pad would fill all of it first)."""
-    v1 = v.new_empty(*v.shape[:-1], v.size(-1) + 1)
-    v1[..., :-1] = v
-    v1[..., -1] = 1.0
-    return v1
+def _gather(x: Tensor, blk: "_Block", chunk: int, dtype: torch.dtype, ones: bool = False) -> Tensor:
+    """The block's rows and chunks of ``x`` (T x N x F, any strides) as a (rows * g) x chunk x F(+1) buffer in
+    ``dtype``: zero rows past the end of the sequence, and with ``ones`` a last column of ones (the
+    normaliser's values). Small enough to stay in cache for the products that follow."""
+    t0, t1 = blk.chunk_start * chunk, blk.chunk_stop * chunk
+    valid = min(t1, x.size(0)) - t0
+    f = x.size(-1)
+    buffer = x.new_empty(blk.num_rows, t1 - t0, f + ones, dtype=dtype)
+    buffer[:, :valid, :f] = x[t0 : t0 + valid, blk.rows].transpose(0, 1)
+    if valid < t1 - t0:
+        buffer[:, valid:, :f] = 0.0
+    if ones:
+        buffer[..., f] = 1.0
+    return buffer.view(-1, chunk, f + ones)
+
+
+def _scatter(x: Tensor, blk: "_Block", chunk: int, values: Tensor):
+    """Write a block's (rows * g) x chunk x F ``values`` back into ``x`` (T x N x F), dropping padded rows."""
+    t0 = blk.chunk_start * chunk
+    valid = min(blk.chunk_stop * chunk, x.size(0)) - t0
+    x[t0 : t0 + valid, blk.rows] = values.reshape(blk.num_rows, -1, values.size(-1))[:, :valid].transpose(0, 1)
 
 
 class _Block:
-    """A run of chunks, contiguous in the (N * chunks) x chunk x F layout: whole sequences, or part of one."""
+    """A run of chunks, contiguous in the (N * chunks) layout of the per-chunk buffers: whole sequences
+    (``rows``, chunks 0..chunks), or chunks ``chunk_start..chunk_stop`` of one sequence. ``first`` / ``last``:
+    the block starts / ends its sequences."""
 
-    __slots__ = ("rows", "span", "num_rows", "first", "last")
+    __slots__ = ("rows", "span", "num_rows", "chunk_start", "chunk_stop", "first", "last")
 
-    def __init__(self, rows: slice, span: slice, first: bool, last: bool):
-        self.rows, self.span, self.first, self.last = rows, span, first, last
-        self.num_rows = rows.stop - rows.start
+    def __init__(self, rows: slice, chunks: int, chunk_start: int, chunk_stop: int):
+        self.rows, self.num_rows = rows, rows.stop - rows.start
+        self.chunk_start, self.chunk_stop = chunk_start, chunk_stop
+        self.span = slice(rows.start * chunks + chunk_start, (rows.stop - 1) * chunks + chunk_stop)
+        self.first, self.last = chunk_start == 0, chunk_stop == chunks
 
 
 def _blocks(n: int, chunks: int, chunks_per_block: int) -> List[_Block]:
     """Blocks of at most ``chunks_per_block`` chunks: several whole sequences when a sequence is shorter than
-    that, else equal runs of chunks of one sequence. ``first`` / ``last``: the block starts / ends sequences."""
+    that, else equal runs of chunks of one sequence."""
     if chunks <= chunks_per_block:
         per_block = max(1, chunks_per_block // chunks)
-        starts = range(0, n, per_block)
-        return [
-            _Block(slice(r, min(n, r + per_block)), slice(r * chunks, min(n, r + per_block) * chunks), True, True)
-            for r in starts
-        ]
+        return [_Block(slice(r, min(n, r + per_block)), chunks, 0, chunks) for r in range(0, n, per_block)]
     runs = -(-chunks // chunks_per_block)
     bounds = [chunks * i // runs for i in range(runs + 1)]
-    return [
-        _Block(slice(r, r + 1), slice(r * chunks + bounds[i], r * chunks + bounds[i + 1]), i == 0, i == runs - 1)
-        for r in range(n)
-        for i in range(runs)
-    ]
+    return [_Block(slice(r, r + 1), chunks, bounds[i], bounds[i + 1]) for r in range(n) for i in range(runs)]
 
 
 def _exclusive_scan(increments: Tensor, rows: int, start: Tensor, lower: Tensor, out: Tensor) -> Tensor:
