@@ -256,8 +256,11 @@ def _gather(x: Tensor, blk: "_Block", chunk: int, dtype: torch.dtype, ones: bool
     t0, t1 = blk.chunk_start * chunk, blk.chunk_stop * chunk
     valid = min(t1, x.size(0)) - t0
     f = x.size(-1)
+    block = x[t0 : t0 + valid, blk.rows].transpose(0, 1)
+    if not ones and valid == t1 - t0 and x.dtype == dtype and block.is_contiguous():
+        return block.view(-1, chunk, f)  # head-major input: the block is already laid out as needed
     buffer = x.new_empty(blk.num_rows, t1 - t0, f + ones, dtype=dtype)
-    buffer[:, :valid, :f] = x[t0 : t0 + valid, blk.rows].transpose(0, 1)
+    buffer[:, :valid, :f] = block
     if valid < t1 - t0:
         buffer[:, valid:, :f] = 0.0
     if ones:
