@@ -24,7 +24,8 @@ from torch import Tensor
 # the threads. Forward + backward on a 2-core EPYC (2 MiB L2 per core), 8 heads of 64, n = 1K / 4K / 16K, with
 # 256 / 512 / 1024 / 2048 rows per thread: 2 threads 9.3 / 8.0 / 7.4 / 7.3 ms, 35 / 31 / 29.5 / 32 ms,
 # 200 / 178 / 174 / 178 ms; 1 thread (512 and up) 13.9 / 13.2 / 13.1, 53 / 51 / 52, 292 / 282 / 281 ms.
-# Smaller blocks pay more in per-call overhead, larger ones spill out of L2.
+# Smaller blocks pay more in per-call overhead, larger ones spill out of L2. (Measured before blocks were
+# gathered from the inputs' own layout; the gathered buffers are block-sized, so the trade-off is the same.)
 ROWS_PER_BLOCK_PER_THREAD = 1024
 
 
