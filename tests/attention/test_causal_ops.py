@@ -190,3 +190,34 @@ def test_shape_errors():
         causal_linear_attention(q, k, v, initial_state=torch.zeros(2, 3, 8, 6))
     with pytest.raises(ValueError, match="chunk_size"):
         causal_linear_attention(q, k, v, chunk_size=0)
+
+
+@pytest.mark.parametrize("length", [64, 70])
+def test_fairseq_layout_needs_no_whole_tensor_copy(length, rows_per_block):
+    """Heads split from fairseq's T x B x C (time-major views) go in as they are, with and without a ragged
+    last chunk: the output comes back time-major, so that merging heads is a view, and the gradients too, so
+    that the projections' backward needs no copy; values match the reference on the same inputs."""
+    t, b, h, m, d = length, 2, 3, 8, 6
+
+    def time_major(f):
+        x = torch.randn(t, b, h * f, dtype=torch.float64)
+        x = F.elu(x) + 1 if f == m else x
+        return x.requires_grad_()
+
+    q_tbc, k_tbc, v_tbc = time_major(m), time_major(m), time_major(d)
+    split = [x.view(t, b, h, -1).permute(1, 2, 0, 3) for x in (q_tbc, k_tbc, v_tbc)]  # B x H x T x F views
+    out = causal_linear_attention(*split, chunk_size=16)
+    assert out.permute(2, 0, 1, 3).is_contiguous()  # T x B x H x D: merge_heads is a view
+    out.backward(torch.ones_like(out))
+    for x in (q_tbc, k_tbc, v_tbc):
+        assert x.grad.is_contiguous()
+    grads = [x.grad.clone() for x in (q_tbc, k_tbc, v_tbc)]
+    for x in (q_tbc, k_tbc, v_tbc):
+        x.grad = None
+    reference = causal_linear_attention_reference(
+        *[x.view(t, b, h, -1).permute(1, 2, 0, 3) for x in (q_tbc, k_tbc, v_tbc)]
+    )
+    reference.backward(torch.ones_like(reference))
+    assert rel_diff(out, reference) < 1e-10
+    for grad, x in zip(grads, (q_tbc, k_tbc, v_tbc)):
+        assert rel_diff(grad, x.grad) < 1e-10
