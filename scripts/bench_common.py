@@ -1,7 +1,7 @@
 """Shared plumbing of the benchmark scripts (bench_linformer.py, bench_lm_training.py, bench_decoding.py).
 
-* models are built the way fairseq builds them (arch defaults applied to a Namespace, then
-  ``build_model(args, task)``) with a fake task that only carries a Dictionary: no data on disk;
+* models are built the way fairseq builds them, without data on disk
+  (:func:`fairseq_linattn.models.standalone.build_model`, with a ``DictionaryTask``);
 * attention swaps: :class:`ZeroAttention` (the attention-free ceiling), :class:`ProjectionsOnlyAttention`
   (the q/k/v/out projections without attention: the floor of any attention that has them) and the SDPA baseline
   (:class:`fairseq_linattn.attention.full.SoftmaxAttention` with fairseq's weights copied in);
@@ -12,7 +12,6 @@
 * the machine line (CPU model, cores, torch, threads, load averages) and the .md/.json/.png outputs.
 """
 import argparse
-import dataclasses
 import json
 import multiprocessing as mp
 import os
@@ -21,7 +20,6 @@ import resource
 import statistics
 import sys
 import time
-from argparse import Namespace
 from typing import Callable, Dict, List, Optional
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,17 +30,11 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 import fairseq_linattn  # noqa: E402,F401  (registers the plugin's models)
-from fairseq.data import Dictionary  # noqa: E402
-from fairseq.models import (  # noqa: E402
-    ARCH_CONFIG_REGISTRY,
-    ARCH_MODEL_NAME_REGISTRY,
-    ARCH_MODEL_REGISTRY,
-    MODEL_DATACLASS_REGISTRY,
-)
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase  # noqa: E402
 
 from fairseq_linattn.attention.base import SelfAttention  # noqa: E402
 from fairseq_linattn.attention.full import SoftmaxAttention  # noqa: E402
+from fairseq_linattn.models.standalone import DictionaryTask, build_model  # noqa: E402,F401  (used by the scripts)
 
 MB = 1024.0 * 1024.0
 
@@ -174,45 +166,6 @@ def start_run(args) -> Dict:
 
 
 # ------------------------------------------------------------------------------------------------ models
-class FakeTask:
-    """What build_model needs from a task: the dictionaries (and max_positions for RoBERTa)."""
-
-    def __init__(self, vocab_size: int = 100, max_positions: int = 512):
-        self.source_dictionary = self.target_dictionary = self.dictionary = Dictionary()
-        for i in range(vocab_size):
-            self.dictionary.add_symbol(f"w{i}")
-        self.dictionary.add_symbol("<mask>")
-        self._max_positions = max_positions
-
-    def max_positions(self):
-        return self._max_positions
-
-
-def default_args(arch: str) -> Namespace:
-    """The model's dataclass defaults (what fairseq-train's parser would give; hydra interpolations left out),
-    or an empty Namespace for models without a dataclass (their arch function fills everything)."""
-    model_name = ARCH_MODEL_NAME_REGISTRY[arch]
-    if model_name not in MODEL_DATACLASS_REGISTRY:
-        return Namespace()
-    config = MODEL_DATACLASS_REGISTRY[model_name]()
-    values = {}
-    for field in dataclasses.fields(config):
-        value = getattr(config, field.name)
-        if isinstance(value, str) and value.startswith("${"):
-            continue
-        values[field.name] = value
-    return Namespace(**values)
-
-
-def build_model(arch: str, task: FakeTask, **overrides) -> nn.Module:
-    args = default_args(arch)
-    for name, value in overrides.items():
-        setattr(args, name, value)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    args.arch = arch
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, task)
-
-
 def transformer_layers(model: nn.Module) -> List[nn.Module]:
     return [m for m in model.modules() if isinstance(m, (TransformerEncoderLayerBase, TransformerDecoderLayerBase))]
 

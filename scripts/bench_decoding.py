@@ -149,7 +149,7 @@ def main():
     run = bc.start_run(args)
     info = run["machine"]
     print(bc.machine_line(info, run["load_start"], run["load_start"]), flush=True)
-    task = bc.FakeTask(args.vocab, max_p + 8)
+    task = bc.DictionaryTask(args.vocab, max_p + 8)
     models = {case: build_lm(case, task, max_positions=max_p + 8) for case in CASES}
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(4, 4 + args.vocab, (1, max_p + 1), generator=generator)

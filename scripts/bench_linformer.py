@@ -64,7 +64,7 @@ def fairseq_example_attention_class():
 
 def build_case(case: str, n: int, k: int, vocab: int, layers: int):
     torch.manual_seed(0)
-    task = bc.FakeTask(vocab, n)
+    task = bc.DictionaryTask(vocab, n)
     if case == "example":
         model = bc.build_model("roberta_base", task, **encoder_args(n, layers))
         cls = fairseq_example_attention_class()

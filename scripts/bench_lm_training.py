@@ -77,7 +77,7 @@ def lm_args(n, layers, dim, heads, ffn):
 
 def build_case(case, n, cfg):
     torch.manual_seed(0)
-    task = bc.FakeTask(cfg["vocab"], n)
+    task = bc.DictionaryTask(cfg["vocab"], n)
     kw = lm_args(n, cfg["layers"], cfg["dim"], cfg["heads"], cfg["ffn"])
     if case == "transformer_lm":
         model = bc.build_model("transformer_lm", task, **kw)

@@ -1,47 +1,18 @@
-"""Build small models the way fairseq does (arch defaults applied to a Namespace), without data on disk."""
-from argparse import Namespace
+"""Small models built the way fairseq does (arch defaults applied to a Namespace), without data on disk."""
+from fairseq_linattn.models.standalone import DictionaryTask, build_model
 
-from fairseq.data import Dictionary
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+# what fairseq resolves from the task's config (the dataclasses' ${task...} interpolations)
+TASK_INTERPOLATIONS = dict(add_bos_token=False, tokens_per_sample=64, max_target_positions=None, tpu=False)
 
 
-class FakeTask:
+class FakeTask(DictionaryTask):
     def __init__(self, vocab_size=40, max_positions=64):
-        self.source_dictionary = self.target_dictionary = self.dictionary = Dictionary()
-        for i in range(vocab_size):
-            self.dictionary.add_symbol(f"w{i}")
-        self.dictionary.add_symbol("<mask>")
-        self._max_positions = max_positions
-
-    def max_positions(self):
-        return self._max_positions
-
-
-def dataclass_defaults(arch):
-    """The argparse defaults fairseq-train would give a dataclass model (None for argparse-only models)."""
-    import argparse
-
-    from fairseq.dataclass.utils import gen_parser_from_dataclass
-    from fairseq.models import MODEL_DATACLASS_REGISTRY
-
-    model_class = ARCH_MODEL_REGISTRY[arch]
-    name = next((n for n in MODEL_DATACLASS_REGISTRY if ARCH_MODEL_REGISTRY.get(n) is model_class), None)
-    if name is None:
-        return {}
-    parser = argparse.ArgumentParser()
-    gen_parser_from_dataclass(parser, MODEL_DATACLASS_REGISTRY[name]())
-    defaults = vars(parser.parse_args([]))
-    # interpolations that fairseq resolves from the task config
-    defaults.update(add_bos_token=False, tokens_per_sample=64, max_target_positions=None, tpu=False)
-    return defaults
+        super().__init__(vocab_size, max_positions)
 
 
 def build(arch, task=None, **overrides):
     task = task or FakeTask()
-    args = Namespace(**{**dataclass_defaults(arch), **overrides})
-    ARCH_CONFIG_REGISTRY[arch](args)
-    args.arch = arch
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, task), task
+    return build_model(arch, task, **{**TASK_INTERPOLATIONS, **overrides}), task
 
 
 SMALL_ENCODER = dict(

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from fairseq_linattn.attention import KernelAttention
+from fairseq_linattn.models.standalone import DictionaryTask
 
 SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts")
 if SCRIPTS not in sys.path:
@@ -26,7 +27,7 @@ P = 21  # chunk_size 8 below: the prompt route crosses chunk boundaries and ends
 
 @pytest.fixture(scope="module")
 def models():
-    task = bc.FakeTask(40, 64)
+    task = DictionaryTask(40, 64)
     return {
         "transformer_lm": bd.build_lm("transformer_lm", task, max_positions=64, **SMALL),
         "linear": bd.build_lm("linear", task, max_positions=64, chunk_size=8, **SMALL),
@@ -115,7 +116,7 @@ def test_a_step_leaves_the_installed_tensors_untouched(models):
 def test_projections_only_floor_does_the_projections_of_the_model_it_replaces():
     """The benchmarks' floor case keeps a layer's four projections (same weights), mixes nothing, keeps no
     state, and leaves everything outside the attention as it was."""
-    task = bc.FakeTask(40, 64)
+    task = DictionaryTask(40, 64)
     linear = bd.build_lm("linear", task, max_positions=64, **SMALL)
     floor = bd.build_lm("projections only", task, max_positions=64, **SMALL)
     assert sum(p.numel() for p in floor.parameters()) == sum(p.numel() for p in linear.parameters())
