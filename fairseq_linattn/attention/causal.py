@@ -97,9 +97,8 @@ def recurrent_linear_attention_step(
     _check_shapes(q, k, v)
     _check_state(state, q, v)
     dtype = state.dtype
-    q, k, v_compute = (x if x.dtype == dtype else x.to(dtype) for x in (q, k, v))
-    # the ones column makes the normaliser come out of the same products
-    v_and_one = torch.cat((v_compute, v_compute.new_ones(*v.shape[:-1], 1)), dim=-1)
+    q, k = q.to(dtype), k.to(dtype)
+    v_and_one = F.pad(v.to(dtype), (0, 1), value=1.0)  # the ones column makes the normaliser come out too
     if q.size(-2) == 1:  # generation: one token, an outer product (one fused op: this runs per token)
         new_state = torch.addcmul(state, k.transpose(-1, -2), v_and_one)
         out = torch.matmul(q, new_state)
@@ -170,7 +169,7 @@ class _CausalLinearAttention(torch.autograd.Function):
     Values get a column of ones (v1 = [v, 1]), so that one product gives the numerator and the normaliser
     and one state S (M x (D+1)) carries both. Work goes block by block (see :func:`_blocks`): a block's
     inputs are gathered into (rows * g) x chunk x F buffers (zero rows past the end, converted to the compute
-    dtype), and in a block of g chunks, with A = tril(q k^T) per chunk and S_c the state before chunk c:
+    dtype; a head-major block already laid out so is used in place), and in a block of g chunks, with A = tril(q k^T) per chunk and S_c the state before chunk c:
 
         y_c = q_c S_c + A_c v1_c,    out = y[:, :D] / (y[:, D] + eps),    S_{c+1} = S_c + k_c^T v1_c
 
@@ -199,7 +198,8 @@ class _CausalLinearAttention(torch.autograd.Function):
         final_state = q.new_empty(n, m, d + 1, dtype=dtype)
         chunks_per_block = max(1, ROWS_PER_BLOCK_PER_THREAD * torch.get_num_threads() // chunk)
         blocks = _blocks(n, chunks, chunks_per_block)
-        lower = q.new_ones(chunks_per_block, chunks_per_block, dtype=dtype).tril_(-1)  # see _exclusive_scan
+        most = min(chunks, chunks_per_block)  # chunks in the longest block (a short input has few)
+        lower = q.new_ones(most, most, dtype=dtype).tril_(-1)  # see _exclusive_scan
         for blk in blocks:
             if blk.first:
                 s = state[blk.rows]
