@@ -56,6 +56,13 @@ PROGRESS = re.compile(r"train_inner|valid on|\| train \||done training|Loaded ch
                       r"num. model params|ERROR|Error|Traceback")
 
 
+def encoder_variants(scale: "Scale"):
+    """(name, arch, extra options) of the two encoders; finetuning restores what pretraining saved under name."""
+    k = scale.tokens_per_sample // 4
+    return (("roberta", "roberta_base", []),
+            ("linformer_roberta", "linformer_roberta_base", ["--compressed-length", str(k)]))
+
+
 def say(msg):
     print(f"[main-job {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -134,11 +141,9 @@ class MainJob:
     def pretrain(self):
         """Pretrain roberta and linformer_roberta (masked_lm), then fairseq-validate"""
         s = self.scale
-        k = s.tokens_per_sample // 4
-        for name, arch, extra in (("roberta", "roberta_base", []),
-                                  ("linformer_roberta", "linformer_roberta_base", ["--compressed-length", str(k)])):
+        for name, arch, extra in encoder_variants(s):
             save = self.work / "checkpoints" / name
-            log = fairseq("fairseq-train", self.data, "--user-dir", USER_DIR, "--task", "masked_lm",
+            train_log = fairseq("fairseq-train", self.data, "--user-dir", USER_DIR, "--task", "masked_lm",
                           "--criterion", "masked_lm", "--arch", arch, *ENCODER, *extra,
                           "--max-positions", s.tokens_per_sample, "--tokens-per-sample", s.tokens_per_sample,
                           "--sample-break-mode", "complete", "--skip-invalid-size-inputs-valid-test",
@@ -146,7 +151,7 @@ class MainJob:
                           "--warmup-updates", s.pretrain_updates // 10, "--total-num-update", s.pretrain_updates,
                           "--max-update", s.pretrain_updates, "--validate-interval-updates", s.validate_every,
                           "--save-dir", save, *COMMON, log=self.logs / f"pretrain_{name}.log")
-            self.curves[f"{name} (masked LM)"] = valid_curve(log)
+            self.curves[f"{name} (masked LM)"] = valid_curve(train_log)
             shutil.copy(self.data / "sentencepiece.bpe.model", save / "sentencepiece.bpe.model")
             t = time.time()
             log = fairseq("fairseq-validate", self.data, "--user-dir", USER_DIR, "--task", "masked_lm",
@@ -157,7 +162,7 @@ class MainJob:
             self.results[name] = {
                 "arch": arch, "test_mlm_loss": last(r"\| loss ([0-9.]+)", log),
                 "test_mlm_ppl": last(r"\| ppl ([0-9.]+)", log),
-                "train_seconds": last(r"done training in ([0-9.]+) seconds", (self.logs / f"pretrain_{name}.log").read_text()),
+                "train_seconds": last(r"done training in ([0-9.]+) seconds", train_log),
                 "validate_seconds": round(time.time() - t, 1),
             }
             say(f"   {name}: test masked-LM perplexity {self.results[name]['test_mlm_ppl']}")
@@ -165,9 +170,7 @@ class MainJob:
     def finetune(self):
         """Finetune both encoders on docstring classification (module / class / function)"""
         s = self.scale
-        k = s.tokens_per_sample // 4
-        for name, arch, extra in (("roberta", "roberta_base", []),
-                                  ("linformer_roberta", "linformer_roberta_base", ["--compressed-length", str(k)])):
+        for name, arch, extra in encoder_variants(s):
             save = self.work / "checkpoints" / f"{name}_cls"
             log = fairseq("fairseq-train", self.cls_data, "--user-dir", USER_DIR, "--task", "sentence_prediction",
                           "--criterion", "sentence_prediction", "--num-classes", "3", "--init-token", "0",
@@ -192,14 +195,14 @@ class MainJob:
         s = self.scale
         for name, arch in (("transformer_lm", "transformer_lm"), ("linear_transformer_lm", "linear_transformer_lm")):
             save = self.work / "checkpoints" / name
-            log = fairseq("fairseq-train", self.data, "--user-dir", USER_DIR, "--task", "language_modeling",
+            train_log = fairseq("fairseq-train", self.data, "--user-dir", USER_DIR, "--task", "language_modeling",
                           "--arch", arch, *DECODER, "--share-decoder-input-output-embed",
                           "--tokens-per-sample", s.tokens_per_sample, "--sample-break-mode", "none",
                           "--batch-size", "16", "--lr", "1e-3", "--warmup-updates", s.lm_updates // 10,
                           "--total-num-update", s.lm_updates, "--max-update", s.lm_updates,
                           "--validate-interval-updates", s.validate_every, "--save-dir", save, *COMMON,
                           log=self.logs / f"train_{name}.log")
-            self.curves[f"{name} (causal LM)"] = valid_curve(log)
+            self.curves[f"{name} (causal LM)"] = valid_curve(train_log)
             shutil.copy(self.data / "sentencepiece.bpe.model", save / "sentencepiece.bpe.model")
             log = fairseq("fairseq-eval-lm", self.data, "--user-dir", USER_DIR, "--path", save / "checkpoint_best.pt",
                           "--cpu", "--gen-subset", "test", "--tokens-per-sample", s.tokens_per_sample,
@@ -207,7 +210,7 @@ class MainJob:
                           log=self.logs / f"eval_lm_{name}.log")
             self.results[name] = {
                 "arch": arch, "test_ppl": last(r"Perplexity: ([0-9.]+)", log),
-                "train_seconds": last(r"done training in ([0-9.]+) seconds", (self.logs / f"train_{name}.log").read_text()),
+                "train_seconds": last(r"done training in ([0-9.]+) seconds", train_log),
             }
             say(f"   {name}: test perplexity {self.results[name]['test_ppl']} (fairseq-eval-lm, context window)")
 
@@ -215,7 +218,6 @@ class MainJob:
         """Sample text with linear_transformer_lm as an RNN (hub interface, constant state per layer)"""
         import torch
 
-        import fairseq_linattn  # noqa: F401
         from fairseq_linattn.models.linear_transformer_lm import LinearTransformerLanguageModel
 
         lm = LinearTransformerLanguageModel.from_pretrained(
