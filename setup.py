@@ -1,5 +1,5 @@
 """fairseq_linattn: linear-complexity self-attention (Linformer, kernelized linear attention) for fairseq."""
-from setuptools import find_packages, setup
+from setuptools import find_namespace_packages, setup
 
 setup(
     name="fairseq_linattn",
@@ -8,8 +8,9 @@ setup(
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",
     python_requires=">=3.10",
-    packages=find_packages(include=["fairseq_linattn", "fairseq_linattn.*"]),
-    package_data={"fairseq_linattn": ["config/**/*.yaml"]},
+    # namespace packages: the config folders hold only YAML (hydra configs), no __init__.py
+    packages=find_namespace_packages(include=["fairseq_linattn", "fairseq_linattn.*"], exclude=["*.__pycache__"]),
+    package_data={"": ["*.yaml"]},
     include_package_data=True,
     install_requires=[
         # fairseq 0.12.2 does not install on Python 3.11; this is its 3.11 build. Its own build needs
