@@ -18,7 +18,6 @@ numerator plus its ``Q · cumsum(K)`` normaliser.
 """
 import argparse
 import json
-import logging
 import os
 import platform
 import resource
@@ -33,6 +32,7 @@ import torch.nn.functional as F
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+import bench_common as bc  # noqa: E402
 from fairseq_linattn.attention.causal import (  # noqa: E402
     causal_linear_attention,
     causal_linear_attention_reference,
@@ -153,14 +153,8 @@ def measure_memory(name, length, args):
 
 
 def machine_description(args):
-    cpu = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as info:
-            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     return (
-        f"{cpu}, {os.cpu_count()} cores, {args.threads} torch threads; torch {torch.__version__}, "
+        f"{bc.cpu_model()}, {os.cpu_count()} cores, {args.threads} torch threads; torch {torch.__version__}, "
         f"Python {platform.python_version()}; load average {os.getloadavg()[0]:.2f} at the start"
     )
 
@@ -218,12 +212,11 @@ def write_markdown(rows, args, machine, path):
         f"{args.repeats} interleaved repeats (median in brackets). Memory: peak RSS added by one forward + "
         "backward in a fresh process.",
         "",
-        "| n | " + " | ".join(f"{LABELS[name]} ms" for name in METHODS)
-        + " | fast-transformers / ours | SDPA / ours | reference / ours | "
-        + " | ".join(f"{LABELS[name]} MiB" for name in METHODS) + " |",
-        "|---" * (2 * len(METHODS) + 4) + "|",
     ]
-    notes = set()
+    headers = (["n"] + [f"{LABELS[name]} ms" for name in METHODS]
+               + ["fast-transformers / ours", "SDPA / ours", "reference / ours"]
+               + [f"{LABELS[name]} MiB" for name in METHODS])
+    table, notes = [], set()
     for row in rows:
         cells = [str(row["n"])]
         for name in METHODS:
@@ -238,19 +231,14 @@ def write_markdown(rows, args, machine, path):
         for name in METHODS:
             mib = row["memory"].get(name)
             cells.append("n/a" if mib is None else f"{mib:.0f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += [""] + [f"- {note}" for note in sorted(notes)]
+        table.append(cells)
+    lines += [bc.md_table(headers, table), ""] + [f"- {note}" for note in sorted(notes)]
     with open(path, "w") as out:
         out.write("\n".join(lines) + "\n")
 
 
 def write_plot(rows, machine, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's import sets the root logger to DEBUG
-    import matplotlib.pyplot as plt
-
+    plt = bc.pyplot()
     fig, (ax_time, ax_mem) = plt.subplots(1, 2, figsize=(11, 4.2))
     for name in METHODS:
         points = [(row["n"], best(row, name) * 1e3) for row in rows if name in row["timed"]]
@@ -260,11 +248,7 @@ def write_plot(rows, machine, path):
         if points:
             ax_mem.plot(*zip(*points), marker="o", label=LABELS[name])
     for ax, ylabel in ((ax_time, "forward + backward, ms"), (ax_mem, "peak memory added, MiB")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length n")
-        ax.set_ylabel(ylabel)
-        ax.grid(True, which="both", alpha=0.3)
+        bc.log_axes(ax, "sequence length n", ylabel)
     ax_time.legend()
     fig.suptitle(f"Causal linear attention, {machine.split(';')[0]}", fontsize=9)
     fig.tight_layout()

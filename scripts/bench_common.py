@@ -76,7 +76,7 @@ def malloc_settings() -> str:
 
 
 def output_name(name: str, args) -> str:
-    return f"{name}_malloc_keep" if getattr(args, "malloc", "default") == "keep" else name
+    return f"{name}_malloc_keep" if args.malloc == "keep" else name
 
 
 def machine_info(threads: int) -> Dict:
@@ -137,10 +137,15 @@ def wait_for_quiet(threshold: float, max_wait: float, poll: float = 10.0) -> Dic
     return {"waited_s": round(waited, 1), "quiet": quiet, "load": load, "threshold": threshold}
 
 
-def common_args(description: str, out_default: str = "results") -> argparse.ArgumentParser:
+def parse_ints(text) -> List[int]:
+    """"1024,4096" -> [1024, 4096]"""
+    return [int(x) for x in str(text).split(",") if x]
+
+
+def common_args(description: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats (for development)")
-    parser.add_argument("--out", default=out_default, help="output directory (default: results/)")
+    parser.add_argument("--out", default=os.path.join(ROOT, "results"), help="output directory (default: results/)")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     parser.add_argument("--load-threshold", type=float, default=0.5,
                         help="wait until the 1-minute load average is below this before a full run")
@@ -151,6 +156,13 @@ def common_args(description: str, out_default: str = "results") -> argparse.Argu
                         help="keep: re-run with glibc set to keep freed memory (MALLOC_KEEP) for every case; "
                              "results get a _malloc_keep suffix")
     return parser
+
+
+def parse_args(parser: argparse.ArgumentParser, quick: Dict) -> argparse.Namespace:
+    """Parse the command line; with --quick, ``quick`` replaces the defaults (explicit options still win)."""
+    if "--quick" in sys.argv:
+        parser.set_defaults(**quick)
+    return parser.parse_args()
 
 
 def start_run(args) -> Dict:
@@ -241,10 +253,6 @@ def as_softmax_attention(old: nn.Module) -> SoftmaxAttention:
 
 def as_zero_attention(old: nn.Module) -> ZeroAttention:
     return ZeroAttention(old.embed_dim, old.num_heads)
-
-
-def count_params(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())
 
 
 # ------------------------------------------------------------------------------------------------ timing
@@ -427,6 +435,17 @@ def write_outputs(out_dir: str, name: str, markdown: str, data: Dict, figure=Non
         figure.savefig(paths["png"], dpi=110, bbox_inches="tight")
     print("wrote " + ", ".join(paths.values()))
     return paths
+
+
+def log_axes(ax, xlabel: str, ylabel: Optional[str] = None, logy: bool = True):
+    """The benchmark plots' axes: lengths / positions on a log2 x axis, a grid, and (by default) log y."""
+    ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    if ylabel:
+        ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.3)
 
 
 def pyplot():

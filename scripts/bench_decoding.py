@@ -1,7 +1,7 @@
 """Generation on this CPU: per-token latency against position, linear_transformer_lm (RNN mode) against fairseq's
 KV-cached transformer_lm.
 
-Both models: 2 layers, d=512, 8 heads, FFN 2048, eval, no_grad. For a position p the incremental state is
+All cases: 2 layers, d=512, 8 heads, FFN 2048, eval, no_grad. For a position p the incremental state is
 built directly instead of decoding p tokens one by one, then one step is timed:
 ``model.decoder(tokens[:, :p+1], incremental_state=state)`` (fairseq slices to the last token itself).
 
@@ -12,7 +12,6 @@ built directly instead of decoding p tokens one by one, then one step is timed:
 * ``linear``: each layer's fixed-size state ``KernelAttention.STATE_KEY`` (B x H x M x (D+1), fp32), computed
   by the module itself from the real layer inputs of a p-token prefix (one full forward, then each layer's
   attention on its input: the chunked op with ``return_state``); batch B shares the prefix (as beams do).
-
 * ``projections only``: the same model with each attention reduced to its four d x d projections (their sum
   goes through ``out_proj``; no state): all the per-token work of a layer except attending to the past, the
   floor of any decoder of this size, so transformer_lm's time over it is the ceiling of any speed-up.
@@ -24,7 +23,6 @@ version counters). Latency: median over repeats, cases interleaved. State memory
     python scripts/bench_decoding.py
 """
 import gc
-import sys
 import time
 
 import bench_common as bc
@@ -37,10 +35,6 @@ TARGET = {"flat_until": 2048, "position": 2048, "speedup": 3.0}
 CASES = ["transformer_lm", "linear", "projections only"]
 
 
-def parse_ints(text):
-    return [int(x) for x in str(text).split(",") if x]
-
-
 # ------------------------------------------------------------------------------------------------ models
 def lm_args(max_positions, layers=2, dim=512, heads=8, ffn=2048, **extra):
     return dict(decoder_layers=layers, decoder_embed_dim=dim, decoder_input_dim=dim, decoder_output_dim=dim,
@@ -51,7 +45,7 @@ def lm_args(max_positions, layers=2, dim=512, heads=8, ffn=2048, **extra):
 def build_lm(case, task, **kw):
     torch.manual_seed(0)
     arch = "transformer_lm" if case == "transformer_lm" else "linear_transformer_lm"
-    model = bc.build_model(arch, task, **lm_args(**kw)).eval()
+    model = bc.build_model(arch, task, **lm_args(**kw))
     if case == "projections only":
         bc.swap_attention(model, bc.as_projections_only)
     return model.eval()
@@ -140,10 +134,8 @@ def main():
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=40)
     parser.add_argument("--budget", type=float, default=1.5, help="seconds of timed repeats per case (>= 5 runs)")
-    if "--quick" in sys.argv:  # smaller defaults; explicit options still win
-        parser.set_defaults(positions="16,256,1024", repeats=10, budget=0.3)
-    args = parser.parse_args()
-    positions, batches = parse_ints(args.positions), parse_ints(args.batches)
+    args = bc.parse_args(parser, quick=dict(positions="16,256,1024", repeats=10, budget=0.3))
+    positions, batches = bc.parse_ints(args.positions), bc.parse_ints(args.batches)
     max_p = max(positions)
 
     run = bc.start_run(args)
@@ -295,10 +287,7 @@ def plot(data):
     ax.set_title(f"state per layer, batch {batches[0]}")
     ax.set_ylabel("KB")
     for ax in axes:
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("position")
-        ax.grid(True, which="both", alpha=0.3)
+        bc.log_axes(ax, "position")
         ax.legend(fontsize=8)
     fig.suptitle(f"decoding, {data['machine']['cpu']}, {data['machine']['threads']} threads", fontsize=10)
     return fig

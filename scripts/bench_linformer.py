@@ -1,6 +1,6 @@
 """Linformer paper, Table 3, on this CPU: inference time and peak memory of linformer_roberta against RoBERTa.
 
-Four encoders of the same size (2 layers, d=768, 12 heads, FFN 3072; batch 1; max_positions = n), in eval
+Encoders of the same size (2 layers, d=768, 12 heads, FFN 3072; batch 1; max_positions = n), in eval
 mode under torch.no_grad(), ``model(tokens, features_only=True)`` (the encoder; the vocabulary-sized LM head is
 left out, it is the same for all):
 
@@ -22,10 +22,10 @@ runs of the same n measured side by side.
     python scripts/bench_linformer.py                  # the full table (waits for a quiet machine)
 """
 import copy
+import functools
 import gc
 import importlib.util
 import os
-import sys
 import time
 
 import bench_common as bc
@@ -33,12 +33,10 @@ import torch
 
 NAME = "bench_linformer"
 QUERY_OUTPUT = "q+out projections"
+SWAPS = {"sdpa": bc.as_softmax_attention, "none": bc.as_zero_attention,
+         QUERY_OUTPUT: bc.as_query_output_projections_only}
 TARGET = {"n": 4096, "k": 128, "speedup": 2.3}
 REFERENCE = "fairseq's examples/linformer reached 2.09x at n=4096, k=128 on this kind of machine"
-
-
-def parse_ints(text):
-    return [int(x) for x in str(text).split(",") if x]
 
 
 # ------------------------------------------------------------------------------------------------ models
@@ -47,6 +45,7 @@ def encoder_args(n: int, layers: int):
                 activation_dropout=0.0, pooler_dropout=0.0)
 
 
+@functools.lru_cache(maxsize=None)
 def fairseq_example_attention_class():
     """fairseq's examples/linformer MultiheadLinearAttention, loaded from its file: importing the example's
     package would register its ``linformer_roberta`` model, which this plugin registers too."""
@@ -74,12 +73,8 @@ def build_case(case: str, n: int, k: int, vocab: int, layers: int):
         model = bc.build_model("linformer_roberta_base", task, compressed_length=str(k), **encoder_args(n, layers))
     else:
         model = bc.build_model("roberta_base", task, **encoder_args(n, layers))
-        if case == "sdpa":
-            bc.swap_attention(model, bc.as_softmax_attention)
-        elif case == "none":
-            bc.swap_attention(model, bc.as_zero_attention)
-        elif case == QUERY_OUTPUT:
-            bc.swap_attention(model, bc.as_query_output_projections_only)
+        if case in SWAPS:
+            bc.swap_attention(model, SWAPS[case])
         elif case != "fairseq":
             raise ValueError(case)
     return model.eval()
@@ -130,11 +125,9 @@ def main():
                         help="seconds of timed repeats per case (slow cases get fewer repeats: at least 3, "
                              "2 for cases predicted to take > 10 s)")
     parser.add_argument("--no-profile", action="store_true", help="skip the torch.profiler breakdown")
-    if "--quick" in sys.argv:  # smaller defaults; explicit options still win
-        parser.set_defaults(lengths="256,512,1024", ks="64,128", repeats=3, budget=1.0)
-    args = parser.parse_args()
-    lengths, ks = parse_ints(args.lengths), parse_ints(args.ks)
-    example_ks = parse_ints(args.example_ks) if fairseq_example_attention_class() is not None else []
+    args = bc.parse_args(parser, quick=dict(lengths="256,512,1024", ks="64,128", repeats=3, budget=1.0))
+    lengths, ks = bc.parse_ints(args.lengths), bc.parse_ints(args.ks)
+    example_ks = bc.parse_ints(args.example_ks) if fairseq_example_attention_class() is not None else []
 
     run = bc.start_run(args)
     info = run["machine"]
@@ -143,15 +136,14 @@ def main():
     profile = None
     previous_softmax_s = prev_n = None
     for n in lengths:
-        cases = [("fairseq", None), ("sdpa", None), ("none", None), (QUERY_OUTPUT, None)] + [("linformer", k) for k in ks if k < n]
+        cases = [("fairseq", None)] + [(case, None) for case in SWAPS] + [("linformer", k) for k in ks if k < n]
         cases += [("example", k) for k in example_ks if k < n]
         t_build = time.perf_counter()
         models = {}
         base = build_case("fairseq", n, 0, args.vocab, args.layers)
         models["fairseq"] = base
-        models["sdpa"] = bc.swap_attention(copy.deepcopy(base), bc.as_softmax_attention).eval()
-        models["none"] = bc.swap_attention(copy.deepcopy(base), bc.as_zero_attention).eval()
-        models[QUERY_OUTPUT] = bc.swap_attention(copy.deepcopy(base), bc.as_query_output_projections_only).eval()
+        for case, swap in SWAPS.items():  # RoBERTa's weights, another attention
+            models[case] = bc.swap_attention(copy.deepcopy(base), swap).eval()
         for case, k in cases:
             if case in ("linformer", "example"):
                 models[case_key(case, k)] = build_case(case, n, k, args.vocab, args.layers)
@@ -299,11 +291,7 @@ def plot(data):
         if mem:
             ax_m.plot([m[0] for m in mem], [max(m[1], 0.1) for m in mem], style, marker="o", label=name)
     for ax, label in ((ax_t, "forward time (ms)"), (ax_m, "peak memory Δ (MB)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length n")
-        ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)
+        bc.log_axes(ax, "sequence length n", label)
     ax_t.legend(fontsize=8)
     fig.suptitle(f"linformer_roberta vs RoBERTa, inference, {data['machine']['cpu']}, "
                  f"{data['machine']['threads']} threads", fontsize=10)

@@ -21,7 +21,6 @@ Times: median over interleaved repeats in one process; memory: each case again i
     python scripts/bench_lm_training.py
 """
 import gc
-import sys
 import time
 
 import bench_common as bc
@@ -35,10 +34,6 @@ NAME = "bench_lm_training"
 TARGET = {"n": 4096, "speedup": 3.0, "ceiling_hint": 4.3}
 CASES = ["transformer_lm", "linear", "naive cumsum", "projections only", "none"]
 QUADRATIC = {"transformer_lm"}
-
-
-def parse_ints(text):
-    return [int(x) for x in str(text).split(",") if x]
 
 
 # ------------------------------------------------------------------------------------------------ naive baseline
@@ -151,11 +146,9 @@ def main():
     parser.add_argument("--no-profile", action="store_true", help="skip the torch.profiler breakdown at n=4096")
     parser.add_argument("--memory-fraction", type=float, default=0.5,
                         help="skip a case predicted to need more than this fraction of the available memory")
-    if "--quick" in sys.argv:  # smaller defaults; explicit options still win
-        parser.set_defaults(lengths="256,512,1024", repeats=3, budget=1.0)
-    args = parser.parse_args()
+    args = bc.parse_args(parser, quick=dict(lengths="256,512,1024", repeats=3, budget=1.0))
     cfg = {"layers": args.layers, "dim": args.dim, "heads": args.heads, "ffn": args.ffn, "vocab": args.vocab}
-    lengths = parse_ints(args.lengths)
+    lengths = bc.parse_ints(args.lengths)
 
     run = bc.start_run(args)
     info = run["machine"]
@@ -215,28 +208,31 @@ def main():
     print(verdict)
 
 
+def extrapolate(case, value, prev_n, n):
+    """A time or memory measured at prev_n, scaled to n: quadratically for softmax, linearly otherwise."""
+    return value * (n / prev_n) ** (2 if case in QUADRATIC else 1)
+
+
 def predict_time(case, n, last):
     if case not in last:
         return None
     prev_n, prev_s, _ = last[case]
-    power = 2 if case in QUADRATIC else 1
-    return prev_s * (n / prev_n) ** power
+    return extrapolate(case, prev_s, prev_n, n)
 
 
 def skip_reason(case, n, last, args, cfg):
     available = bc.mem_info("MemAvailable")
     if case == "naive cumsum" and n > args.naive_max_n:
         return f"measured up to n={args.naive_max_n} only (--naive-max-n)"
-    if case == "naive cumsum" and naive_state_bytes(n, cfg) > args.memory_fraction * available:
-        return (f"its per-position states need ~{naive_state_bytes(n, cfg) / 1024**3:.1f} GB "
+    if case == "naive cumsum" and (needed := naive_state_bytes(n, cfg)) > args.memory_fraction * available:
+        return (f"its per-position states need ~{needed / 1024**3:.1f} GB "
                 f"(> {args.memory_fraction:.0%} of the {available / 1024**3:.1f} GB available)")
     predicted = predict_time(case, n, last)
     if predicted is not None and predicted > args.max_step_seconds:
         return f"predicted {predicted:.0f} s per step (> {args.max_step_seconds:.0f} s) from n={last[case][0]}"
     if case in last and last[case][2]:
         prev_n, _, prev_mb = last[case]
-        power = 2 if case in QUADRATIC else 1
-        mem = prev_mb * (n / prev_n) ** power * 1024**2
+        mem = extrapolate(case, prev_mb * 1024**2, prev_n, n)
         if mem > args.memory_fraction * available:
             return f"predicted {mem / 1024**3:.1f} GB peak (> {args.memory_fraction:.0%} of available)"
     return None
@@ -319,13 +315,8 @@ def plot(data):
         mem = [(r["n"], r["memory"].get("delta_mb")) for r in rs if r["memory"].get("delta_mb") is not None]
         if mem:
             ax_m.plot([m[0] for m in mem], [max(m[1], 0.1) for m in mem], marker="o", label=case)
-    ax_t.set_ylabel("training tokens / s")
-    ax_m.set_ylabel("peak memory Δ (MB)")
-    ax_m.set_yscale("log")
-    for ax in (ax_t, ax_m):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("sequence length n (batch 1)")
-        ax.grid(True, which="both", alpha=0.3)
+    bc.log_axes(ax_t, "sequence length n (batch 1)", "training tokens / s", logy=False)
+    bc.log_axes(ax_m, "sequence length n (batch 1)", "peak memory Δ (MB)")
     ax_t.legend(fontsize=8)
     fig.suptitle(f"LM training step, {data['machine']['cpu']}, {data['machine']['threads']} threads", fontsize=10)
     return fig
