@@ -27,7 +27,8 @@ def test_language_model_is_causal_without_an_n_by_n_mask():
     model, task = build("linear_transformer_lm", **SMALL_DECODER)
     model.eval()
     assert model.decoder.buffered_future_mask(torch.zeros(64, 1, 32)) is None
-    assert all(a.causal for a in kernel_attentions(model))
+    attentions = kernel_attentions(model)
+    assert len(attentions) == SMALL_DECODER["decoder_layers"] and all(a.causal for a in attentions)
     tokens = torch.randint(4, len(task.dictionary), (2, 30))
     changed = tokens.clone()
     changed[:, 20:] = torch.randint(4, len(task.dictionary), (2, 10))
@@ -40,4 +41,13 @@ def test_language_model_is_causal_without_an_n_by_n_mask():
 
 def test_linear_roberta_is_bidirectional():
     model, task = build("linear_roberta_base", **SMALL_ENCODER)
-    assert all(not a.causal for a in kernel_attentions(model))
+    attentions = kernel_attentions(model)
+    assert len(attentions) == SMALL_ENCODER["encoder_layers"] and all(not a.causal for a in attentions)
+    model.eval()
+    tokens = torch.randint(4, len(task.dictionary), (2, 30))
+    changed = tokens.clone()
+    changed[:, 20:] = torch.randint(4, len(task.dictionary), (2, 10))
+    with torch.no_grad():
+        a, _ = model(tokens, features_only=True)
+        b, _ = model(changed, features_only=True)
+    assert not torch.allclose(a[:, :20], b[:, :20])  # earlier positions see later tokens
