@@ -69,7 +69,7 @@ class SelfAttention(nn.Module):
         value: Optional[Tensor] = None,
         key_padding_mask: Optional[Tensor] = None,
         incremental_state: IncrementalState = None,
-        need_weights: bool = True,
+        need_weights: bool = False,  # fairseq's layers always say; a direct call should not build T x S weights
         static_kv: bool = False,
         attn_mask: Optional[Tensor] = None,
         before_softmax: bool = False,

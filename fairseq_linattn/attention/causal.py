@@ -11,6 +11,15 @@ overflow; bf16 ones lose the small terms), outputs come back in v's dtype. float
 that ``torch.autograd.gradcheck`` can check the hand-written backward.
 
 A recurrent state is one tensor ``... x M x (D+1)``: ``[..., :D]`` is S, ``[..., D]`` is the normaliser z.
+
+Keys with a log scale (``key_log_scale``, ``... x T x 1``: the keys are k * exp(log_scale), e.g. FAVOR+'s,
+whose exponentials span more than floating point holds): every key is measured against a reference, the
+running max of the log scales over the chunks seen so far, and the carried state is rescaled whenever that
+reference grows. All weights exp(earlier reference - later reference) are <= 1, so nothing overflows, and a
+key only underflows next to one that outweighs it by exp(87). ``eps`` then counts relative to the largest
+scale up to each query (so that chunked, recurrent and continued runs agree, and a later key in the same
+chunk does not change an earlier output). The state is then the pair (S, its log scale
+``... x 1 x 1``), for continuation and decoding alike.
 """
 from typing import List, Optional, Tuple, Union
 
@@ -49,57 +58,114 @@ def _check_state(state: Tensor, q: Tensor, v: Tensor):
 
 
 # ---------------------------------------------------------------------------------------------- non-causal
-def linear_attention_reference(q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6) -> Tensor:
+def linear_attention_reference(
+    q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6, key_log_scale: Optional[Tensor] = None
+) -> Tensor:
     """Quadratic: the explicit T x S kernel matrix, normalised by its row sums."""
     _check_shapes(q, k, v)
+    if key_log_scale is not None:
+        return _log_space_reference(q, k, v, key_log_scale, causal=False)
     dtype = compute_dtype(v)
     scores = torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2))
     out = torch.matmul(scores, v.to(dtype)) / (scores.sum(-1, keepdim=True) + eps)
     return out.to(v.dtype)
 
 
-def linear_attention(q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6) -> Tensor:
+def linear_attention(
+    q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6, key_log_scale: Optional[Tensor] = None
+) -> Tensor:
     """Linear in the length: one M x D summary of all keys and values, shared by every query."""
     _check_shapes(q, k, v)
     dtype = compute_dtype(v)
     q, k = q.to(dtype), k.to(dtype)
+    if key_log_scale is not None:  # every key against the largest scale: weights <= 1
+        log_scale = _finite(key_log_scale.to(dtype))
+        k = k * torch.exp(log_scale - log_scale.amax(-2, keepdim=True))
     kv = torch.matmul(k.transpose(-1, -2), v.to(dtype))  # ... x M x D
     normaliser = torch.matmul(q, k.sum(-2).unsqueeze(-1))  # ... x T x 1
     return (torch.matmul(q, kv) / (normaliser + eps)).to(v.dtype)
 
 
-def linear_attention_weights(q: Tensor, k: Tensor, causal: bool, eps: float = 1e-6) -> Tensor:
+def linear_attention_weights(
+    q: Tensor, k: Tensor, causal: bool, eps: float = 1e-6, key_log_scale: Optional[Tensor] = None
+) -> Tensor:
     """The attention matrix the linear forms compute implicitly (... x T x S, quadratic; for inspection)."""
+    if key_log_scale is not None:
+        return _log_space_weights(q, k, key_log_scale, causal)
     scores = torch.matmul(q.to(compute_dtype(q)), k.to(compute_dtype(q)).transpose(-1, -2))
     if causal:
         scores = scores.tril()
     return scores / (scores.sum(-1, keepdim=True) + eps)
 
 
+def _log_space_weights(q: Tensor, k: Tensor, key_log_scale: Tensor, causal: bool) -> Tensor:
+    """w_ij = (q_i · k_j) exp(log_scale_j) normalised over j (<= i if causal), as a softmax over log w_ij:
+    exact whatever the scales (rows without any key are 0)."""
+    dtype = compute_dtype(q)
+    log_w = torch.log(torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2))) + key_log_scale.to(dtype).transpose(-1, -2)
+    if causal:
+        t = q.size(-2)
+        log_w = log_w.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.softmax(log_w, -1).nan_to_num(0.0)
+
+
+def _log_space_reference(q: Tensor, k: Tensor, v: Tensor, key_log_scale: Tensor, causal: bool) -> Tensor:
+    return torch.matmul(_log_space_weights(q, k, key_log_scale, causal), v.to(compute_dtype(v))).to(v.dtype)
+
+
+def _finite(log_scale: Tensor) -> Tensor:
+    """Log scales of padded keys are -inf; a finite floor keeps exp(floor - floor) = 1 (times a zeroed key)."""
+    return log_scale.clamp(min=torch.finfo(log_scale.dtype).min / 4)
+
+
 # ---------------------------------------------------------------------------------------------- causal
-def causal_linear_attention_reference(q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6) -> Tensor:
+def causal_linear_attention_reference(
+    q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6, key_log_scale: Optional[Tensor] = None
+) -> Tensor:
     """Quadratic: the kernel matrix with its future (j > i) masked out, normalised by its row sums."""
     _check_shapes(q, k, v)
+    if key_log_scale is not None:
+        return _log_space_reference(q, k, v, key_log_scale, causal=True)
     dtype = compute_dtype(v)
     scores = torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2)).tril()
     out = torch.matmul(scores, v.to(dtype)) / (scores.sum(-1, keepdim=True) + eps)
     return out.to(v.dtype)
 
 
+State = Union[Tensor, Tuple[Tensor, Tensor]]  # S, or (S, its log scale) for keys with a log scale
+
+
 def recurrent_linear_attention_step(
-    q: Tensor, k: Tensor, v: Tensor, state: Tensor, eps: float = 1e-6
-) -> Tuple[Tensor, Tensor]:
+    q: Tensor, k: Tensor, v: Tensor, state: State, eps: float = 1e-6, key_log_scale: Optional[Tensor] = None
+) -> Tuple[Tensor, State]:
     """Advance the recurrent state by the T new tokens (usually 1, as in generation): returns (out, new_state).
 
     The T tokens are treated as one chunk (a masked T x T product plus the carried state), so the cost is
-    quadratic in T: use :func:`causal_linear_attention` with ``initial_state`` for long prompts.
+    quadratic in T: use :func:`causal_linear_attention` with ``initial_state`` for long prompts. With
+    ``key_log_scale`` the state is the pair (S, log scale) (see the module doc).
     """
     _check_shapes(q, k, v)
+    state, state_log_scale = state if key_log_scale is not None else (state, None)
     _check_state(state, q, v)
     dtype = state.dtype
     q, k = q.to(dtype), k.to(dtype)
     v_and_one = F.pad(v.to(dtype), (0, 1), value=1.0)  # the ones column makes the normaliser come out too
-    if q.size(-2) == 1:  # generation: one token, an outer product (one fused op: this runs per token)
+    if key_log_scale is not None:
+        # each query's reference: the largest log scale up to it; keys and the carried state measured against it
+        reference = torch.maximum(torch.cummax(_finite(key_log_scale.to(dtype)), dim=-2).values, state_log_scale)
+        k = k * torch.exp(_finite(key_log_scale.to(dtype)) - reference)
+        carried = torch.exp(state_log_scale - reference)  # ... x T x 1, each <= 1
+        if q.size(-2) == 1:
+            new_state = torch.addcmul(state * carried, k.transpose(-1, -2), v_and_one)
+            out = torch.matmul(q, new_state)
+        else:
+            last = reference[..., -1:, :]
+            new_state = state * torch.exp(state_log_scale - last) + torch.matmul(
+                (k * torch.exp(reference - last)).transpose(-1, -2), v_and_one)
+            scores = torch.matmul(q, k.transpose(-1, -2)).tril() * _decay(reference)
+            out = torch.matmul(q, state) * carried + torch.matmul(scores, v_and_one)
+        new_state = (new_state, reference[..., -1:, :])
+    elif q.size(-2) == 1:  # generation: one token, an outer product (one fused op: this runs per token)
         new_state = torch.addcmul(state, k.transpose(-1, -2), v_and_one)
         out = torch.matmul(q, new_state)
     else:
@@ -110,22 +176,30 @@ def recurrent_linear_attention_step(
     return (numerator / (normaliser + eps)).to(v.dtype), new_state
 
 
+def _decay(reference: Tensor) -> Tensor:
+    """... x T x 1 references (nondecreasing) -> ... x T x T weights exp(ref_j - ref_i) <= 1 (for j <= i; the
+    clamp keeps the masked-out upper triangle from overflowing)."""
+    return torch.exp((reference.transpose(-1, -2) - reference).clamp_(max=0))
+
+
 def causal_linear_attention(
     q: Tensor,
     k: Tensor,
     v: Tensor,
     chunk_size: int = 64,
-    initial_state: Optional[Tensor] = None,
+    initial_state: Optional[State] = None,
     eps: float = 1e-6,
     return_state: bool = False,
-) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    key_log_scale: Optional[Tensor] = None,
+) -> Union[Tensor, Tuple[Tensor, State]]:
     """Causal linear attention in O(T) time and memory, with the same result as the quadratic reference.
 
     The sequence is cut into chunks of ``chunk_size``: inside a chunk a masked chunk x chunk product, between
     chunks an M x (D+1) state (one per chunk, never one per position). ``initial_state`` (``... x M x
     (D+1)``, fp32) continues from an earlier call; with ``return_state`` the state after the last token is
     returned too, ready to continue from (on a + b, one call equals two chained calls). Differentiable in
-    q, k, v and the initial state, through the output and the final state.
+    q, k, v and the initial state, through the output and the final state. With ``key_log_scale`` (keys
+    k * exp(log_scale), see the module doc) states are pairs (S, log scale ``... x 1 x 1``).
 
     Inputs may have any strides. Heads split from fairseq's T x B x C tensors are time-major in memory; the
     op reads them as they are (block by block, into cache-sized buffers) and returns a time-major output, so
@@ -137,22 +211,36 @@ def causal_linear_attention(
     *batch, length, feature_dim = q.shape
     value_dim = v.size(-1)
     dtype = compute_dtype(v)
+    scaled = key_log_scale is not None
+    initial_state, start_ref = initial_state if scaled and initial_state is not None else (initial_state, None)
     if initial_state is None:
         state = q.new_zeros(*batch, feature_dim, value_dim + 1, dtype=dtype)
     else:
         _check_state(initial_state, q, v)
         state = initial_state.to(dtype)
     state = state.reshape(-1, feature_dim, value_dim + 1)
-    if length == 0:
-        out = v.new_zeros(v.shape)
-        return (out, state.view(*batch, feature_dim, value_dim + 1)) if return_state else out
+    if scaled:  # "no key yet" has the smallest scale (see _finite)
+        floor = torch.finfo(dtype).min / 4
+        start_ref = q.new_full((state.size(0),), floor, dtype=dtype) if start_ref is None else start_ref.to(dtype).reshape(-1)
 
+    def finish(out: Tensor, final_state: Tensor, final_ref: Optional[Tensor]):
+        final_state = final_state.view(*batch, feature_dim, value_dim + 1)
+        if not return_state:
+            return out
+        return out, ((final_state, final_ref.view(*batch, 1, 1)) if scaled else final_state)
+
+    if length == 0:
+        return finish(v.new_zeros(v.shape), state, start_ref)
     chunk = min(chunk_size, length)
-    out, final_state = _CausalLinearAttention.apply(*(_time_major(x) for x in (q, k, v)), state, chunk, eps)
+    q, k, v = (_time_major(x) for x in (q, k, v))
+    reference = None
+    if scaled:
+        log_scale = _finite(_time_major(key_log_scale)[..., 0].to(dtype))  # T x N
+        reference = torch.maximum(torch.cummax(log_scale.detach(), dim=0).values, start_ref)  # constants
+        k = k.to(dtype) * torch.exp(log_scale - reference).unsqueeze(-1)  # each key against its own reference
+    out, final_state = _CausalLinearAttention.apply(q, k, v, state, chunk, eps, reference, start_ref)
     out = out.view(length, *batch, value_dim).movedim(0, -2).to(v.dtype)
-    if return_state:
-        return out, final_state.view(*batch, feature_dim, value_dim + 1)
-    return out
+    return finish(out, final_state, reference[-1] if scaled else None)
 
 
 def _time_major(x: Tensor) -> Tensor:
@@ -174,7 +262,9 @@ class _CausalLinearAttention(torch.autograd.Function):
         y_c = q_c S_c + A_c v1_c,    out = y[:, :D] / (y[:, D] + eps),    S_{c+1} = S_c + k_c^T v1_c
 
     The states S_c of a block are one batched product and a scan over its g chunks: one state per chunk,
-    never one per position.
+    never one per position. Keys with log scales come measured against their own ``reference`` (T x N, the
+    running max of the log scales, nondecreasing; ``start_ref``: the initial state's): then key j weighs
+    exp(ref_j - ref_i) <= 1 for query i, within a chunk and through the states (see :class:`_ChunkDecay`).
 
     Why a hand-written backward: autograd would keep every intermediate of that forward alive (the per-chunk
     increments and their scan, y, the ones-extended values...: several copies of the input's size; at 16K
@@ -186,7 +276,8 @@ class _CausalLinearAttention(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, state: Tensor, chunk: int, eps: float):
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, state: Tensor, chunk: int, eps: float,
+                reference: Optional[Tensor], start_ref: Optional[Tensor]):
         length, n, m = q.shape
         d = v.size(-1)
         dtype = state.dtype
@@ -200,21 +291,29 @@ class _CausalLinearAttention(torch.autograd.Function):
         blocks = _blocks(n, chunks, chunks_per_block)
         most = min(chunks, chunks_per_block)  # chunks in the longest block (a short input has few)
         lower = q.new_ones(most, most, dtype=dtype).tril_(-1)  # see _exclusive_scan
+        if reference is not None:  # past the end: the last reference (zero keys there, weights stay <= 1)
+            reference = torch.cat([reference, reference[-1:].expand(chunks * chunk - length, n)]).unsqueeze(-1)
         for blk in blocks:
             if blk.first:
                 s = state[blk.rows]
             qb, kb = _gather(q, blk, chunk, dtype), _gather(k, blk, chunk, dtype)
             vb = _gather(v, blk, chunk, dtype, ones=True)
             s_before = states[blk.span]
-            s = _exclusive_scan(torch.bmm(kb.transpose(1, 2), vb), blk.num_rows, s, lower, out=s_before)
+            decay = None if reference is None else _ChunkDecay(reference, start_ref, blk, chunk, lower)
+            increments = torch.bmm((kb if decay is None else kb * decay.key).transpose(1, 2), vb)
+            s = _exclusive_scan(increments, blk.num_rows, s, lower, s_before, decay and decay.scan)
             scores_b = torch.bmm(qb, kb.transpose(1, 2), out=scores[blk.span]).tril_()
-            y = torch.bmm(qb, s_before).baddbmm_(scores_b, vb)
+            carried = torch.bmm(qb, s_before)
+            if decay is not None:
+                scores_b.mul_(decay.within)
+                carried.mul_(decay.carried)
+            y = carried.baddbmm_(scores_b, vb)
             den_b = torch.add(y[..., d:], eps, out=den[blk.span])
             _scatter(out, blk, chunk, y[..., :d].div_(den_b))
             if blk.last:
                 final_state[blk.rows] = s
         ctx.save_for_backward(q, k, v, out, den, states, scores)
-        ctx.blocks, ctx.lower = blocks, lower
+        ctx.blocks, ctx.lower, ctx.reference, ctx.start_ref = blocks, lower, reference, start_ref
         return out, final_state
 
     @staticmethod
@@ -239,15 +338,22 @@ class _CausalLinearAttention(torch.autograd.Function):
             dy = _gather(grad_out, blk, chunk, dtype, ones=True)
             d_num = dy[..., :d].div_(den[blk.span])
             torch.sum(d_num * _gather(out, blk, chunk, dtype), -1, keepdim=True, out=dy[..., d:]).neg_()
-            ds_after, ds = _reverse_exclusive_scan(torch.bmm(qb.transpose(1, 2), dy), blk.num_rows, ds, ctx.lower)
+            decay = None if ctx.reference is None else _ChunkDecay(ctx.reference, ctx.start_ref, blk, chunk, ctx.lower)
+            dy_carried = dy if decay is None else dy * decay.carried
+            ds_after, ds = _reverse_exclusive_scan(
+                torch.bmm(qb.transpose(1, 2), dy_carried), blk.num_rows, ds, ctx.lower, decay and decay.scan)
             d_scores = torch.bmm(dy, vb.transpose(1, 2)).tril_()
-            _scatter(grad_q, blk, chunk, torch.bmm(d_scores, kb).baddbmm_(dy, s_before.transpose(1, 2)))
+            if decay is not None:
+                d_scores.mul_(decay.within)
+            vb_into_state, kb_into_state = (vb, kb) if decay is None else (vb * decay.key, kb * decay.key)
+            _scatter(grad_q, blk, chunk, torch.bmm(d_scores, kb).baddbmm_(dy_carried, s_before.transpose(1, 2)))
             _scatter(grad_k, blk, chunk,
-                     torch.bmm(d_scores.transpose(1, 2), qb).baddbmm_(vb, ds_after.transpose(1, 2)))
-            _scatter(grad_v, blk, chunk, torch.bmm(scores_b.transpose(1, 2), d_num).baddbmm_(kb, ds_after[..., :d]))
+                     torch.bmm(d_scores.transpose(1, 2), qb).baddbmm_(vb_into_state, ds_after.transpose(1, 2)))
+            _scatter(grad_v, blk, chunk,
+                     torch.bmm(scores_b.transpose(1, 2), d_num).baddbmm_(kb_into_state, ds_after[..., :d]))
             if blk.first:
                 grad_state[blk.rows] = ds
-        return grad_q, grad_k, grad_v, grad_state, None, None
+        return grad_q, grad_k, grad_v, grad_state, None, None, None, None
 
 
 def _gather(x: Tensor, blk: "_Block", chunk: int, dtype: torch.dtype, ones: bool = False) -> Tensor:
@@ -301,22 +407,75 @@ def _blocks(n: int, chunks: int, chunks_per_block: int) -> List[_Block]:
     return [_Block(slice(r, r + 1), chunks, bounds[i], bounds[i + 1]) for r in range(n) for i in range(runs)]
 
 
-def _exclusive_scan(increments: Tensor, rows: int, start: Tensor, lower: Tensor, out: Tensor) -> Tensor:
+ScanWeights = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
+
+
+class _ChunkDecay:
+    """The weights of one block when every key j comes measured against its own reference ref_j (log scale,
+    nondecreasing along the sequence) and weighs exp(ref_j - ref_i) <= 1 for query i (module doc):
+
+    * ``within`` ((rows * g) x chunk x chunk): exp(ref_j - ref_i) inside a chunk;
+    * ``carried`` ((rows * g) x chunk x 1): exp(ref_prev - ref_i), the state before the chunk (measured against
+      ref_prev, the reference at the end of the previous chunk) for each query;
+    * ``key`` ((rows * g) x chunk x 1): exp(ref_j - ref_end), each key into the state after its chunk;
+    * ``scan``: the weights of the chunk-to-chunk scan, the state before chunk c being measured against
+      ref_prev(c) (see :func:`_exclusive_scan`).
+    """
+
+    __slots__ = ("within", "carried", "key", "scan")
+
+    def __init__(self, reference: Tensor, start_ref: Tensor, blk: "_Block", chunk: int, lower: Tensor):
+        ref = _gather(reference, blk, chunk, reference.dtype)[..., 0]  # (rows * g) x chunk
+        ends = ref[:, -1].view(blk.num_rows, -1)  # rows x g: the reference after each chunk
+        entering = start_ref[blk.rows] if blk.first else reference[blk.chunk_start * chunk - 1, blk.rows, 0]
+        previous = torch.cat([entering.unsqueeze(1), ends[:, :-1]], dim=1).view(-1, 1)  # before each chunk
+        self.within = _decay(ref.unsqueeze(-1))
+        self.carried = torch.exp(previous - ref).unsqueeze(-1)
+        self.key = torch.exp(ref - ref[:, -1:]).unsqueeze(-1)
+        self.scan = _scan_weights(entering, ends, lower)
+
+
+def _scan_weights(entering: Tensor, ends: Tensor, lower: Tensor) -> ScanWeights:
+    """References ``entering`` (rows) before a block and ``ends`` (rows x g) after each of its chunks ->
+    (W[c, c'] = exp(end_c' - prev_c) below the diagonal, exp(entering - prev_c), exp(end_c - end_last),
+    exp(entering - end_last), exp(prev_last - end_last)), prev_c being the reference before chunk c. All
+    <= 1; above the diagonal the difference is >= 0 and masked out: clamped so that it cannot overflow."""
+    previous = torch.cat([entering.unsqueeze(1), ends[:, :-1]], dim=1)  # rows x g
+    g, last = ends.size(1), ends[:, -1:]
+    between = torch.exp((ends.unsqueeze(1) - previous.unsqueeze(2)).clamp_(max=0)) * lower[:g, :g]
+    return (between, torch.exp(entering.unsqueeze(1) - previous), torch.exp(ends - last),
+            torch.exp(entering - last[:, 0]), torch.exp(previous[:, -1] - last[:, 0]))
+
+
+def _exclusive_scan(increments: Tensor, rows: int, start: Tensor, lower: Tensor, out: Tensor,
+                    weights: Optional[ScanWeights] = None) -> Tensor:
     """Per-chunk increments ((rows * g) x M x E) -> ``out`` (same shape): the state before each chunk, starting
     from ``start`` (rows x M x E); returns the state after the last chunk. The scan over the g chunks is a
     product with ``lower`` (ones below the diagonal): one GEMM call, faster than cumsum's strided loop plus a
-    shift."""
+    shift; with ``weights`` (:func:`_scan_weights`), a product with the weighted lower triangle."""
     inc = increments.view(rows, -1, start[0].numel())
     g = inc.size(1)
-    before = torch.matmul(lower[:g, :g], inc, out=out.view_as(inc)).add_(start.reshape(rows, 1, -1))
-    return (before[:, -1] + inc[:, -1]).view_as(start)
+    start = start.reshape(rows, 1, -1)
+    if weights is None:
+        before = torch.matmul(lower[:g, :g], inc, out=out.view_as(inc)).add_(start)
+        return (before[:, -1] + inc[:, -1]).view(rows, *out.shape[1:])
+    between, entering, _, _, last_carry = weights
+    before = torch.matmul(between, inc, out=out.view_as(inc)).addcmul_(entering.unsqueeze(-1), start)
+    return (before[:, -1] * last_carry.unsqueeze(-1) + inc[:, -1]).view(rows, *out.shape[1:])
 
 
-def _reverse_exclusive_scan(increments: Tensor, rows: int, end: Tensor, lower: Tensor) -> Tuple[Tensor, Tensor]:
+def _reverse_exclusive_scan(increments: Tensor, rows: int, end: Tensor, lower: Tensor,
+                            weights: Optional[ScanWeights] = None) -> Tuple[Tensor, Tensor]:
     """The mirror image, for gradients: ``end`` plus the increments of all later chunks, for each chunk, and
-    ``end`` plus all of them (the gradient reaching the state before the block)."""
+    ``end`` plus all of them (the gradient reaching the state before the block); weighted alike."""
     inc = increments.view(rows, -1, end[0].numel())
     g = inc.size(1)
-    after = torch.matmul(lower[:g, :g].t(), inc).add_(end.reshape(rows, 1, -1))
-    before = after[:, 0] + inc[:, 0]
+    flat_end = end.reshape(rows, 1, -1)
+    if weights is None:
+        after = torch.matmul(lower[:g, :g].t(), inc).add_(flat_end)
+        before = after[:, 0] + inc[:, 0]
+    else:
+        between, entering, leaving, start_to_end, _ = weights
+        after = torch.matmul(between.transpose(1, 2), inc).addcmul_(leaving.unsqueeze(-1), flat_end)
+        before = (entering.unsqueeze(-1) * inc).sum(1) + start_to_end.unsqueeze(-1) * flat_end[:, 0]
     return after.view_as(increments), before.view_as(end)

@@ -11,12 +11,14 @@ constructor takes ``head_dim`` and keyword options, which ``build_feature_map`` 
 import hashlib
 import inspect
 import math
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .registry import make_registry
+from .workers import check_same_on_every_worker
 
 FEATURE_MAPS, register_feature_map = make_registry("feature map")
 
@@ -52,6 +54,12 @@ class FeatureMap(nn.Module):
 
     def forward(self, x: Tensor, is_query: bool) -> Tensor:
         raise NotImplementedError
+
+    def key_features(self, x: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
+        """φ(keys) as ``(features, log_scale)`` with φ = features * exp(log_scale) (log_scale: ... x T x 1), for
+        maps whose features span more than floating point can hold (FAVOR+); ``log_scale`` is None for the
+        others. The attention ops combine the scales without ever forming exp(log_scale)."""
+        return self(x, is_query=False), None
 
     def extra_repr(self):
         return f"{self.kind}: {self.head_dim} -> {self.feature_dim}"
@@ -90,13 +98,12 @@ class FavorFeatureMap(FeatureMap):
     all layers share one ω.
     """
 
-    # Stabilising the keys. A per-row max would reweight the keys against each other, and a max over the
-    # sequence would let future keys change past outputs (and would have to be re-applied to the recurrent state
-    # whenever it grows): keys get no data-dependent shift. In fp32 none is needed: ω_m·k' - |k'|²/2 =
-    # (|ω_m|² - |k' - ω_m|²)/2 <= |ω_m|²/2, about D/2 (32 for D = 64), while exp overflows above 88 and sums over
-    # a sequence need room below that. The clamp at KEY_EXPONENT_CEILING, a constant (so parallel and recurrent
-    # modes agree), guards only large head dims and keys lying almost on a feature direction.
-    KEY_EXPONENT_CEILING = 40.0
+    # Stabilising. The exponent ω·x' - |x'|²/2 spans far more than exp can hold as inputs grow (at 10x the
+    # usual scale, 92% of fp32 key rows underflowed to exactly 0 and the attention output collapsed to 0).
+    # Queries: each row is shifted by its own max, a factor that cancels between numerator and normaliser.
+    # Keys: each row's max goes to a separate log scale (key_features); the ops then measure every key against
+    # a running max over the key blocks seen so far (as Performer shifts by a max; running, so that a later key
+    # never changes an earlier output), and rescale the carried state when that max grows.
 
     def __init__(self, head_dim: int, num_features: int = 0, redraw_interval: int = 1000, seed: int = 0):
         super().__init__(head_dim)
@@ -109,6 +116,7 @@ class FavorFeatureMap(FeatureMap):
         self.seed = seed
         self.register_buffer("omega", self.draw(0))
         self.register_buffer("draw_index", torch.tensor(0, dtype=torch.long))
+        self._checked_draw = None  # the draw last checked to be the same on every distributed worker
 
     @property
     def feature_dim(self) -> int:
@@ -132,23 +140,34 @@ class FavorFeatureMap(FeatureMap):
         return (directions * norms.unsqueeze(1)).float()
 
     def set_num_updates(self, num_updates: int):
-        if not self.training or self.redraw_interval == 0:
+        """fairseq calls this on every module before each training step, on every worker alike."""
+        if not self.training:
             return
-        index = num_updates // self.redraw_interval
-        if index != int(self.draw_index):
-            self.omega.copy_(self.draw(index))
-            self.draw_index.fill_(index)
+        if self.redraw_interval:
+            index = num_updates // self.redraw_interval
+            if index != int(self.draw_index):
+                self.omega.copy_(self.draw(index))
+                self.draw_index.fill_(index)
+        if self._checked_draw != int(self.draw_index):  # once per draw: one tiny all_gather
+            check_same_on_every_worker(self.omega, f"FAVOR+ features (seed {self.seed}, draw {int(self.draw_index)})")
+            self._checked_draw = int(self.draw_index)
 
-    def forward(self, x, is_query):
+    def exponent(self, x: Tensor) -> Tensor:
         dtype = _compute_dtype(x)
         x = x.to(dtype) * self.head_dim**-0.25
-        exponent = torch.matmul(x, self.omega.to(dtype).t()) - x.pow(2).sum(-1, keepdim=True) / 2
+        return torch.matmul(x, self.omega.to(dtype).t()) - x.pow(2).sum(-1, keepdim=True) / 2
+
+    def forward(self, x, is_query):
+        exponent = self.exponent(x)
         if is_query:
             # a per-query constant factor: it cancels between numerator and normaliser
             exponent = exponent - exponent.amax(-1, keepdim=True).detach()
-        else:
-            exponent = exponent.clamp(max=self.KEY_EXPONENT_CEILING)
         return torch.exp(exponent) / math.sqrt(self.num_features)
+
+    def key_features(self, x):
+        exponent = self.exponent(x)
+        log_scale = exponent.amax(-1, keepdim=True).detach()  # a constant: the outputs do not depend on it
+        return torch.exp(exponent - log_scale) / math.sqrt(self.num_features), log_scale
 
     def extra_repr(self):
         return f"{super().extra_repr()}, redraw_interval={self.redraw_interval}, seed={self.seed}"

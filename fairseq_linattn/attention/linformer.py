@@ -71,6 +71,11 @@ class LinformerAttention(SelfAttention):
             x, padding_mask = right_align(x, padding_mask)
         x_k, empty = self.projection_k(x, padding_mask)
         x_v = x_k if self.shared_kv else self.projection_v(x, padding_mask)[0]
+        if padding_mask is not None and bool(padding_mask.all(1).any()):
+            # a row of padding only: every compressed position is empty, so the attention gives 0 (not a
+            # uniform average of projected zeros, and never a softmax over nothing, NaN)
+            all_pad = padding_mask.all(1, keepdim=True).expand(-1, x_k.size(0))
+            empty = all_pad if empty is None else empty | all_pad
         return x_k, x_v, empty
 
     def attend(self, query, padding_mask, attn_mask, incremental_state, need_weights):

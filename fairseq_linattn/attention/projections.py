@@ -26,6 +26,7 @@ class SequenceProjection(nn.Module):
     """Base: checks the length against ``max_positions`` with an error that names the fix."""
 
     kind = "?"
+    windowed = False  # pools windows of n/k positions: k must divide n
 
     def __init__(self, max_positions: int, compressed_length: int):
         super().__init__()
@@ -70,6 +71,8 @@ class LearnedProjection(SequenceProjection):
 
 class _WindowedProjection(SequenceProjection):
     """Shared windowing for pooling and convolution: window = stride = max_positions // k."""
+
+    windowed = True
 
     def __init__(self, max_positions: int, compressed_length: int, embed_dim: Optional[int] = None):
         super().__init__(max_positions, compressed_length)

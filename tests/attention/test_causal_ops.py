@@ -223,3 +223,70 @@ def test_fairseq_layout_needs_no_whole_tensor_copy(length, rows_per_block):
     assert rel_diff(out, reference) < 1e-10
     for grad, x in zip(grads, (q_tbc, k_tbc, v_tbc)):
         assert rel_diff(grad, x.grad) < 1e-10
+
+
+# ------------------------------------------------------------------------------------- keys with log scales
+def scaled_qkv(length, spread=200.0, requires_grad=False, lead=(2, 3), m=6, d=5):
+    """float64 keys k * exp(log_scale) whose scales span far more than any float holds (exp(±600))."""
+    g = torch.Generator().manual_seed(length)
+    q, k = (torch.rand(*lead, length, m, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(*lead, length, d, generator=g, dtype=torch.float64)
+    log_scale = spread * torch.randn(*lead, length, 1, generator=g, dtype=torch.float64)
+    return [x.requires_grad_(requires_grad) for x in (q, k, v)] + [log_scale]
+
+
+@pytest.mark.parametrize("length", [1, 37, 200])
+@pytest.mark.parametrize("chunk_size", [7, 64])
+def test_log_scaled_keys_match_the_log_space_reference(length, chunk_size, rows_per_block):
+    """The reference normalises w_ij = (q_i · k_j) exp(log_scale_j) as a softmax over log w_ij, exact at any
+    scale; the op measures keys against running references and must agree (outputs and gradients)."""
+    q, k, v, log_scale = scaled_qkv(length, requires_grad=True)
+    out = causal_linear_attention(q, k, v, chunk_size, key_log_scale=log_scale, eps=1e-300)
+    ref = causal_linear_attention_reference(q, k, v, key_log_scale=log_scale)
+    assert torch.isfinite(out).all() and rel_diff(out, ref) < 1e-12
+    grad = torch.randn_like(out)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
+        torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-12)  # dq is exactly 0 in the reference at length 1
+    assert rel_diff(linear_attention(q, k, v, key_log_scale=log_scale, eps=1e-300),
+                    linear_attention_reference(q, k, v, key_log_scale=log_scale)) < 1e-12
+
+
+def test_log_scaled_continuation_and_recurrence_equal_one_pass(rows_per_block):
+    """(S, log scale) states: a prefix then the rest, and token by token, give the one-pass result; a later key
+    (however large) does not change an earlier output."""
+    q, k, v, log_scale = scaled_qkv(70)
+    full, (state, state_scale) = causal_linear_attention(q, k, v, 16, key_log_scale=log_scale, return_state=True)
+    head, carried = causal_linear_attention(q[..., :29, :], k[..., :29, :], v[..., :29, :], 16,
+                                            key_log_scale=log_scale[..., :29, :], return_state=True)
+    tail = causal_linear_attention(q[..., 29:, :], k[..., 29:, :], v[..., 29:, :], 16, initial_state=carried,
+                                   key_log_scale=log_scale[..., 29:, :])
+    assert rel_diff(torch.cat([head, tail], -2), full) < 1e-12
+    steps = (torch.zeros_like(state), torch.full_like(state_scale, torch.finfo(torch.float64).min / 4))
+    outs, t = [], 0
+    while t < 70:  # one token, then five at once, and so on
+        span = slice(t, t + (1 if len(outs) % 2 == 0 else 5))
+        out, steps = recurrent_linear_attention_step(q[..., span, :], k[..., span, :], v[..., span, :], steps,
+                                                     key_log_scale=log_scale[..., span, :])
+        outs.append(out)
+        t = span.stop
+    assert rel_diff(torch.cat(outs, -2), full) < 1e-12
+    assert torch.equal(steps[1], state_scale) and rel_diff(steps[0], state) < 1e-12
+    louder = log_scale.clone()
+    louder[..., 50, :] += 1e4  # a key that outweighs everything before it by exp(10000)
+    later = causal_linear_attention(q, k, v, 16, key_log_scale=louder)
+    assert torch.equal(later[..., :50, :], full[..., :50, :])
+
+
+@pytest.mark.parametrize("rows", [4, causal.ROWS_PER_BLOCK_PER_THREAD])
+def test_gradcheck_float64_log_scaled(rows, monkeypatch):
+    monkeypatch.setattr(causal, "ROWS_PER_BLOCK_PER_THREAD", rows)
+    q, k, v, log_scale = scaled_qkv(13, spread=30.0, requires_grad=True, lead=(1, 2), m=3, d=2)
+    state = torch.rand(1, 2, 3, 3, dtype=torch.float64, requires_grad=True)
+    state_scale = torch.full((1, 2, 1, 1), 1.5, dtype=torch.float64)
+
+    def run(q, k, v, state):
+        out, (final, _) = causal_linear_attention(q, k, v, 4, initial_state=(state, state_scale),
+                                                  key_log_scale=log_scale, return_state=True)
+        return out, final
+
+    assert torch.autograd.gradcheck(run, (q, k, v, state))

@@ -3,6 +3,11 @@ import pytest
 import torch
 
 from fairseq_linattn.attention import FEATURE_MAPS, build_feature_map, linear_attention
+from fairseq_linattn.attention.causal import (
+    causal_linear_attention,
+    causal_linear_attention_reference,
+    linear_attention_reference,
+)
 from fairseq_linattn.attention.feature_maps import FavorFeatureMap
 
 
@@ -61,6 +66,48 @@ def test_favor_stabilisation():
     changed[..., 5:, :] = 10 * torch.randn(5, 16)
     torch.testing.assert_close(fm(keys, is_query=False)[..., :5, :], fm(changed, is_query=False)[..., :5, :])
     assert torch.isfinite(fm(1e3 * torch.randn(1, 1, 10, 16), is_query=False)).all()
+
+
+def favor_outputs(scale: float):
+    """FAVOR+ attention at ``scale`` times the usual input size: the fp32 ops (causal, non-causal) and the
+    float64 estimator with the same ω, normalised in log space (exact at any scale)."""
+    fm = build_feature_map("favor", 16, num_features=64, seed=3)
+    g = torch.Generator().manual_seed(1)
+    xq, xk = (scale * torch.randn(1, 2, 256, 16, generator=g) for _ in range(2))
+    v = torch.randn(1, 2, 256, 16, generator=g)
+    tiny = torch.finfo(torch.float32).tiny  # KernelAttention's eps for FAVOR+ (see normaliser_eps)
+    q, (k, log_scale) = fm(xq, is_query=True), fm.key_features(xk)
+    q64, (k64, log_scale64) = fm(xq.double(), is_query=True), fm.key_features(xk.double())
+    return {
+        "causal": (causal_linear_attention(q, k, v, 64, eps=tiny, key_log_scale=log_scale),
+                   causal_linear_attention_reference(q64, k64, v.double(), key_log_scale=log_scale64)),
+        "non-causal": (linear_attention(q, k, v, eps=tiny, key_log_scale=log_scale),
+                       linear_attention_reference(q64, k64, v.double(), key_log_scale=log_scale64)),
+    }
+
+
+@pytest.mark.parametrize("scale", [1, 2, 4, 8, 10])
+def test_favor_is_the_exact_estimator_up_to_10x_scale(scale):
+    """Before the keys were stabilised, 34% of key rows were exactly 0 at 8x and 76% at 10x, and the output
+    was 100% off the estimator (mostly 0); now it is the float64 estimator to fp32 rounding."""
+    for mode, (out, ref) in favor_outputs(scale).items():
+        assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-5, mode
+
+
+@pytest.mark.parametrize("scale", [20, 50, 100])
+def test_favor_stays_finite_up_to_100x_scale(scale):
+    """Beyond ~20x the random features of a query and a key no longer overlap within fp32's range, so
+    some rows of the fp32 estimate are 0 (the estimator's limit in fp32, not the normaliser's): never inf or
+    NaN."""
+    for mode, (out, _) in favor_outputs(scale).items():
+        assert torch.isfinite(out).all(), mode
+
+
+def test_favor_key_rows_never_vanish():
+    fm = build_feature_map("favor", 16, num_features=64)
+    keys, log_scale = fm.key_features(100 * torch.randn(1, 1, 50, 16))
+    torch.testing.assert_close(keys.amax(-1), torch.full((1, 1, 50), 64**-0.5))  # each row's largest is 1/sqrt(M)
+    assert torch.isfinite(log_scale).all() and log_scale.max() < -1000  # far below exp's range: kept as a log
 
 
 def test_favor_features_are_orthogonal_blocks():
