@@ -11,22 +11,22 @@ from fairseq.models.transformer import TransformerConfig, TransformerEncoder
 
 from ..attention import FEATURE_MAPS, KernelAttention
 from .layers import EncoderLayer, wrap_layer
-from .linear_transformer_lm import feature_map_options
-from .options import option
+from .options import KernelOptions, check_heads, option
 from .roberta import SwappedAttentionRobertaEncoder, SwappedAttentionRobertaModel
 
 
 def add_kernel_attention_args(parser):
     group = parser.add_argument_group("kernel attention")
-    group.add_argument("--feature-map", choices=sorted(FEATURE_MAPS), help="the kernel feature map φ (default elu)")
-    group.add_argument("--favor-features", type=int, help="FAVOR+ random features per head (0: head_dim * 4)")
-    group.add_argument("--favor-redraw-interval", type=int, help="redraw FAVOR+ features every N updates (0: never)")
-    group.add_argument("--favor-seed", type=int, help="seed of the FAVOR+ draws (the same on every worker)")
+    group.add_argument("--feature-map", choices=sorted(FEATURE_MAPS), help=KernelOptions.HELP["feature_map"])
+    for name in ("favor_features", "favor_redraw_interval", "favor_seed"):
+        group.add_argument("--" + name.replace("_", "-"), type=int, help=KernelOptions.HELP[name])
 
 
 class KernelTransformerEncoder(TransformerEncoder):
     def __init__(self, args, dictionary, embed_tokens):
-        self.plugin_args = args  # read our options here: fairseq's config conversion drops them under hydra
+        # read our options here: fairseq's config conversion drops them under hydra
+        self.kernel = KernelOptions.from_args(args)
+        check_heads(int(option(args, "encoder_embed_dim")), int(option(args, "encoder_attention_heads")), "encoder")
         self._layers_built = 0
         super().__init__(args, dictionary, embed_tokens)
 
@@ -37,12 +37,12 @@ class KernelTransformerEncoder(TransformerEncoder):
         attn = KernelAttention(
             cfg.encoder.embed_dim,
             heads,
-            feature_map=option(self.plugin_args, "feature_map", "elu"),
+            feature_map=self.kernel.feature_map,
             causal=False,
             dropout=cfg.attention_dropout,
             q_noise=cfg.quant_noise.pq,
             qn_block_size=cfg.quant_noise.pq_block_size,
-            **feature_map_options(self.plugin_args, cfg.encoder.embed_dim // heads, index),
+            **self.kernel.feature_map_options(cfg.encoder.embed_dim // heads, index),
         )
         return wrap_layer(EncoderLayer(cfg, attn, return_fc=self.return_fc), cfg)
 
@@ -54,6 +54,11 @@ class LinearRobertaEncoder(SwappedAttentionRobertaEncoder):
 @register_model("linear_roberta")
 class LinearRobertaModel(SwappedAttentionRobertaModel):
     encoder_class = LinearRobertaEncoder
+
+    @classmethod
+    def identity(cls, cfg):
+        return {"--feature-map": KernelOptions.from_args(cfg).feature_map,
+                "--encoder-attention-heads": int(option(cfg, "encoder_attention_heads", 0))}
 
     @staticmethod
     def add_args(parser):
@@ -67,10 +72,7 @@ class LinearRobertaModel(SwappedAttentionRobertaModel):
 
 
 def _kernel_defaults(args):
-    args.feature_map = option(args, "feature_map", "elu")
-    args.favor_features = option(args, "favor_features", 0)
-    args.favor_redraw_interval = option(args, "favor_redraw_interval", 1000)
-    args.favor_seed = option(args, "favor_seed", 1)
+    KernelOptions.from_args(args).set_defaults(args)
 
 
 @register_model_architecture("linear_roberta", "linear_roberta")

@@ -14,39 +14,23 @@ from fairseq.models.transformer_lm import DEFAULT_MAX_TARGET_POSITIONS, Transfor
 from fairseq.utils import safe_getattr
 
 from ..attention import KernelAttention
-from ..attention.feature_maps import FEATURE_MAPS
+from .checkpoint_fit import ChecksCheckpointFit
 from .layers import DecoderLayer, wrap_layer
-from .options import option
+from .options import KernelOptions, check_heads, option
+
+
+def _kernel_field(name: str):
+    return field(default=getattr(KernelOptions, name), metadata={"help": KernelOptions.HELP[name]})
 
 
 @dataclass
 class LinearTransformerLanguageModelConfig(fairseq_lm.TransformerLanguageModelConfig):
-    feature_map: str = field(
-        default="elu", metadata={"help": f"the kernel feature map φ: one of {sorted(FEATURE_MAPS)}"}
-    )
-    chunk_size: int = field(
-        default=64, metadata={"help": "chunk length of the causal training op (masked products inside a chunk)"}
-    )
-    favor_features: int = field(
-        default=0, metadata={"help": "FAVOR+ random features per head (0: head_dim * 4)"}
-    )
-    favor_redraw_interval: int = field(
-        default=1000, metadata={"help": "redraw FAVOR+ features every N updates while training (0: never)"}
-    )
-    favor_seed: int = field(
-        default=1, metadata={"help": "seed of the FAVOR+ draws (the same on every distributed worker)"}
-    )
-
-
-def feature_map_options(args, head_dim, layer_index):
-    if option(args, "feature_map", "elu") != "favor":
-        return {}
-    return {
-        "num_features": option(args, "favor_features", 0) or 4 * head_dim,
-        "redraw_interval": option(args, "favor_redraw_interval", 1000),
-        # one seed per layer, so that layers draw independent features (still the same on every worker)
-        "seed": option(args, "favor_seed", 1) * 1000 + layer_index,
-    }
+    # the kernel attention options; their defaults and meaning live in KernelOptions
+    feature_map: str = _kernel_field("feature_map")
+    chunk_size: int = _kernel_field("chunk_size")
+    favor_features: int = _kernel_field("favor_features")
+    favor_redraw_interval: int = _kernel_field("favor_redraw_interval")
+    favor_seed: int = _kernel_field("favor_seed")
 
 
 class LinearTransformerDecoder(TransformerDecoder):
@@ -55,9 +39,8 @@ class LinearTransformerDecoder(TransformerDecoder):
     def __init__(self, args, dictionary, embed_tokens):
         # read before super().__init__ builds the layers (fairseq's own config conversion would drop them
         # under fairseq-hydra-train; see models/options.py)
-        self.feature_map = option(args, "feature_map", "elu")
-        self.chunk_size = int(option(args, "chunk_size", 64))
-        self.plugin_args = args
+        self.kernel = KernelOptions.from_args(args)
+        check_heads(int(option(args, "decoder_embed_dim")), int(option(args, "decoder_attention_heads")), "decoder")
         self._layers_built = 0
         super().__init__(args, dictionary, embed_tokens, no_encoder_attn=True)
 
@@ -68,15 +51,21 @@ class LinearTransformerDecoder(TransformerDecoder):
         attn = KernelAttention(
             cfg.decoder.embed_dim,
             heads,
-            feature_map=self.feature_map,
+            feature_map=self.kernel.feature_map,
             causal=True,
-            chunk_size=self.chunk_size,
+            chunk_size=int(self.kernel.chunk_size),
             dropout=cfg.attention_dropout,
             q_noise=cfg.quant_noise.pq,
             qn_block_size=cfg.quant_noise.pq_block_size,
-            **feature_map_options(self.plugin_args, cfg.decoder.embed_dim // heads, index),
+            **self.kernel.feature_map_options(cfg.decoder.embed_dim // heads, index),
         )
         return wrap_layer(DecoderLayer(cfg, attn, no_encoder_attn=True), cfg)
+
+    def extract_features(self, prev_output_tokens, *args, **kwargs):
+        if prev_output_tokens.size(1) == 0:  # nothing to attend to; fairseq's sinusoidal positions cannot reshape 0 tokens
+            x = self.embed_tokens.weight.new_zeros(prev_output_tokens.size(0), 0, self.output_embed_dim)
+            return x, {"attn": [None], "inner_states": [x.transpose(0, 1)]}
+        return super().extract_features(prev_output_tokens, *args, **kwargs)
 
     def buffered_future_mask(self, tensor):
         # Causality is a property of the attention itself. fairseq's mask is an n x n tensor (1 GB at
@@ -85,7 +74,12 @@ class LinearTransformerDecoder(TransformerDecoder):
 
 
 @register_model("linear_transformer_lm", dataclass=LinearTransformerLanguageModelConfig)
-class LinearTransformerLanguageModel(TransformerLanguageModel):
+class LinearTransformerLanguageModel(ChecksCheckpointFit, TransformerLanguageModel):
+    @classmethod
+    def identity(cls, cfg):
+        return {"--feature-map": KernelOptions.from_args(cfg).feature_map,
+                "--decoder-attention-heads": int(option(cfg, "decoder_attention_heads", 0))}
+
     @classmethod
     def build_model(cls, args, task):
         for unsupported in ("character_embeddings", "adaptive_input"):

@@ -18,7 +18,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerEncoder
 
 from ..attention import LinformerAttention, PROJECTIONS, build_projection
 from .layers import EncoderLayer, wrap_layer
-from .options import option, per_layer
+from .options import check_heads, option, per_layer
 from .roberta import SwappedAttentionRobertaEncoder, SwappedAttentionRobertaModel
 
 logger = logging.getLogger(__name__)
@@ -60,9 +60,25 @@ class LinformerOptions:
             lengths = per_layer(explicit, layers, "--compressed-length")
         else:
             ratios = per_layer(option(args, "compressed", 4), layers, "--compressed")
-            if any(r < 1 for r in ratios):
-                raise ValueError(f"--compressed must be >= 1 (it is n/k), got {ratios}")
-            lengths = [max(1, max_positions // r) for r in ratios]
+            if any(not 1 <= r <= max_positions for r in ratios):
+                raise ValueError(
+                    f"--compressed is n/k and must be in [1, --max-positions {max_positions}], got "
+                    f"{','.join(map(str, ratios))}; e.g. --compressed 4 gives k = {max(1, max_positions // 4)}"
+                )
+            lengths = [max_positions // r for r in ratios]
+        if any(not 1 <= k <= max_positions for k in lengths):
+            raise ValueError(f"--compressed-length (k) must be in [1, --max-positions {max_positions}], got "
+                             f"{','.join(map(str, lengths))}")
+        projection = option(args, "compress_projection", "learned")
+        if projection not in PROJECTIONS:
+            raise ValueError(f"--compress-projection {projection!r} is unknown: choose one of {sorted(PROJECTIONS)}")
+        if PROJECTIONS[projection].windowed and any(max_positions % k for k in lengths):
+            divisors = [d for d in range(1, max_positions + 1) if max_positions % d == 0]
+            raise ValueError(
+                f"--compress-projection {projection} pools windows of n/k positions, so k must divide --max-positions "
+                f"{max_positions}; got k = {','.join(map(str, lengths))}. Pick --compressed among {divisors[:12]} (or "
+                f"give k itself with --compressed-length, a divisor of {max_positions})"
+            )
         shared_layers = bool(int(option(args, "shared_layer_kv_compressed", 0)))
         if shared_layers and len(set(lengths)) > 1:
             raise ValueError(
@@ -71,7 +87,7 @@ class LinformerOptions:
             )
         return cls(
             compressed_lengths=lengths,
-            projection=option(args, "compress_projection", "learned"),
+            projection=projection,
             shared_kv=bool(int(option(args, "shared_kv_compressed", 0))),
             shared_layers=shared_layers,
             freeze=bool(int(option(args, "freeze_compress", 0))),
@@ -85,6 +101,7 @@ class LinformerTransformerEncoder(TransformerEncoder):
     def __init__(self, args, dictionary, embed_tokens):
         # read before super().__init__, which builds the layers
         self.linformer = LinformerOptions.from_args(args)
+        check_heads(int(option(args, "encoder_embed_dim")), int(option(args, "encoder_attention_heads")), "encoder")
         self.compress_layer = None  # the layerwise-shared projection, created with the first layer
         self._layers_built = 0
         super().__init__(args, dictionary, embed_tokens)
@@ -182,6 +199,13 @@ class LinformerRobertaEncoder(SwappedAttentionRobertaEncoder):
 @register_model("linformer_roberta")
 class LinformerRobertaModel(SwappedAttentionRobertaModel):
     encoder_class = LinformerRobertaEncoder
+
+    @classmethod
+    def identity(cls, cfg):
+        opts = LinformerOptions.from_args(cfg)
+        return {"--encoder-attention-heads": int(option(cfg, "encoder_attention_heads", 0)),
+                "--max-positions": opts.max_positions, "--compress-projection": opts.projection,
+                "k per layer (--compressed / --compressed-length)": opts.compressed_lengths}
 
     @staticmethod
     def add_args(parser):

@@ -8,6 +8,7 @@ from fairseq.models.roberta import RobertaEncoder, RobertaModel, init_bert_param
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from omegaconf import OmegaConf
 
+from .checkpoint_fit import ChecksCheckpointFit
 from .options import option
 
 
@@ -20,7 +21,7 @@ class SwappedAttentionRobertaEncoder(RobertaEncoder):
         return encoder
 
 
-class SwappedAttentionRobertaModel(RobertaModel):
+class SwappedAttentionRobertaModel(ChecksCheckpointFit, RobertaModel):
     encoder_class = None  # a SwappedAttentionRobertaEncoder subclass
 
     @classmethod

@@ -1,0 +1,112 @@
+"""Loading fairseq checkpoints with ``torch.load(weights_only=True)``: tensors and an allow-list of plain types.
+
+A checkpoint is a pickle, and unpickling can call any function the file names: ``fairseq-validate --path
+downloaded.pt`` could run arbitrary code. torch >= 2.6 refuses such files by default (``weights_only=True``),
+but fairseq checkpoints also pickle their configuration (an ``argparse.Namespace`` in RoBERTa-style models and
+older checkpoints, omegaconf containers in some, numpy scalars in meters), so fairseq 0.12's loader fails on
+its own files. Instead of turning the protection off, we allow exactly the types fairseq stores. Everything on
+the list is data: building one runs no code named by the file.
+
+A file that pickles anything else is refused with :class:`UnsafeCheckpointError`. For a file you trust (an
+old checkpoint that pickled other types), set ``FAIRSEQ_LINATTN_TRUST_CHECKPOINTS=1`` (torch's own
+``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` is honoured too): the file is then unpickled in full, with a warning.
+"""
+import argparse
+import collections
+import logging
+import os
+import pickle
+import re
+import typing
+from typing import Any, List, Tuple, Union
+
+import numpy
+import torch
+
+from .errors import CorruptCheckpointError, UnsafeCheckpointError
+from .integrity import unreadable_reason
+
+logger = logging.getLogger(__name__)
+
+TRUST_VARIABLE = "FAIRSEQ_LINATTN_TRUST_CHECKPOINTS"
+_TORCH_TRUST_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
+_TRUE = ("1", "y", "yes", "true")
+
+
+def trusted_by_user() -> bool:
+    return any(os.environ.get(name, "").lower() in _TRUE for name in (TRUST_VARIABLE, _TORCH_TRUST_VARIABLE))
+
+
+def _numpy_globals() -> List[Union[Any, Tuple[Any, str]]]:
+    """numpy scalars, dtypes and arrays, under numpy 2's module names and numpy 1's (older files name
+    ``numpy.core.multiarray``)."""
+    multiarray = numpy._core.multiarray if hasattr(numpy, "_core") else numpy.core.multiarray
+    found: List[Union[Any, Tuple[Any, str]]] = [numpy.dtype, numpy.ndarray]
+    for name in ("scalar", "_reconstruct"):
+        function = getattr(multiarray, name)
+        found += [function, (function, f"numpy.core.multiarray.{name}")]
+    dtypes = getattr(numpy, "dtypes", None)  # numpy >= 1.25 pickles dtypes by their class
+    if dtypes is not None:
+        found += [getattr(dtypes, name) for name in dir(dtypes) if name.endswith("DType")]
+    return found
+
+
+def _omegaconf_globals() -> List[Any]:
+    """What an omegaconf DictConfig / ListConfig pickles: containers, their metadata and value nodes."""
+    from omegaconf import DictConfig, ListConfig, nodes
+    from omegaconf.base import ContainerMetadata, Metadata
+
+    value_nodes = [getattr(nodes, name) for name in dir(nodes) if name.endswith("Node") and name != "ValueNode"]
+    return [DictConfig, ListConfig, ContainerMetadata, Metadata, *value_nodes, typing.Any]
+
+
+def allowed_globals() -> List[Union[Any, Tuple[Any, str]]]:
+    """Every type a fairseq 0.x checkpoint pickles besides tensors and the builtins torch already allows."""
+    return [
+        argparse.Namespace,  # the config of RoBERTa-style models and of every pre-0.10 checkpoint
+        collections.defaultdict,
+        dict, list, int, float, str, bool, type(None),  # as type objects, inside omegaconf metadata
+        *_omegaconf_globals(),
+        *_numpy_globals(),
+    ]
+
+
+def safe_torch_load(f, *args, extra_globals=(), **kwargs):
+    """``torch.load`` with ``weights_only=True`` and fairseq's allow-list (plus ``extra_globals``).
+
+    Raises :class:`UnsafeCheckpointError` for a file that pickles anything else (unless the user trusts
+    checkpoints, see the module doc) and :class:`CorruptCheckpointError` for an empty or truncated file.
+    """
+    kwargs.pop("weights_only", None)
+    name = getattr(f, "name", f)
+    if trusted_by_user():
+        logger.warning(f"loading {name} with weights_only=False ({TRUST_VARIABLE} / {_TORCH_TRUST_VARIABLE} is set): "
+                       "the file may run code while it is unpickled")
+        return torch.load(f, *args, weights_only=False, **kwargs)
+    try:
+        with torch.serialization.safe_globals([*allowed_globals(), *extra_globals]):
+            return torch.load(f, *args, weights_only=True, **kwargs)
+    except pickle.UnpicklingError as error:
+        if "Weights only load failed" not in str(error):
+            raise CorruptCheckpointError(_corrupt_message(name, error)) from error
+        found = re.search(r"GLOBAL ([\w.]+)", str(error))
+        what = found.group(1) if found else "an object that is not on the allow-list"
+        raise UnsafeCheckpointError(
+            f"refusing to load {name}: it pickles {what}, which no fairseq checkpoint contains, and unpickling it "
+            f"could run code from the file. If you trust this file (e.g. a checkpoint written by other software), "
+            f"set {TRUST_VARIABLE}=1 to load it in full."
+        ) from None
+    except (EOFError, RuntimeError) as error:
+        if isinstance(error, RuntimeError) and "zip archive" not in str(error) and "PytorchStreamReader" not in str(error):
+            raise
+        raise CorruptCheckpointError(_corrupt_message(name, error)) from error
+
+
+def _corrupt_message(name, error) -> str:
+    reason = unreadable_reason(name) if isinstance(name, str) and os.path.isfile(name) else None
+    reason = reason or f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no data'}"
+    return (
+        f"cannot load {name}: {reason}. It was most likely cut off while being written (a kill or a full disk). "
+        "Use another checkpoint of the run; when fairseq-train resumes, it falls back to the newest intact "
+        "checkpoint by itself."
+    )

@@ -1,0 +1,25 @@
+"""The fixes to fairseq 0.12 (``fairseq-fixed==0.12.3.1``) that this plugin owns.
+
+Each fix is applied once, when the plugin is imported (``--user-dir`` imports it before fairseq loads any
+checkpoint or starts any worker), is narrow, and names the fairseq trap it closes; the README's
+troubleshooting and reliability sections list them.
+
+* :mod:`.checkpoints`: safe loading (``weights_only=True`` with an allow-list), atomic copies to
+  ``checkpoint_last.pt``, resuming from the newest intact checkpoint, a missing ``--restore-file`` is an error.
+* :mod:`.distributed`: CPU workers (spawn, torchrun, DDP), workers that die with their parent, a message
+  when one dies, FSDP refused without CUDA.
+* :mod:`.data`: numpy 2's missing ``np.compat``; "every sample was too long" and "0 tokens evaluated" are errors.
+"""
+from . import checkpoints, data, distributed
+
+_APPLIED = False
+
+
+def apply_fairseq_fixes():
+    global _APPLIED
+    if _APPLIED:
+        return
+    checkpoints.apply()
+    distributed.apply()
+    data.apply()
+    _APPLIED = True

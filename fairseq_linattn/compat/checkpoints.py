@@ -1,0 +1,179 @@
+"""fairseq's checkpoint handling, made safe to load and safe to kill.
+
+* Loading: fairseq 0.12 calls ``torch.load`` with torch's default, which since torch 2.6 refuses fairseq's own
+  checkpoints (they pickle their config). Instead of ``weights_only=False`` (any file could run code), load
+  with ``weights_only=True`` and the allow-list of :mod:`fairseq_linattn.checkpoints.safe_loading`, both
+  where fairseq reads checkpoint files and where rank 0 broadcasts the loaded state to the other workers.
+* Writing: fairseq copies the saved checkpoint to ``checkpoint_best.pt`` / ``checkpoint_last.pt`` in place;
+  a kill during the copy left a partial ``checkpoint_last.pt``. The copy now goes to a temporary file that
+  is renamed (atomic).
+* Resuming: a damaged ``checkpoint_last.pt`` (from older runs, a full disk...) makes ``fairseq-train`` fall
+  back to the newest intact checkpoint of the save dir, with a warning naming it, instead of dying. An
+  explicit ``--restore-file`` that does not exist is an error (fairseq trained from scratch, silently, and
+  overwrote the save dir's checkpoints).
+"""
+import logging
+import os
+import types
+
+import torch
+
+from ..checkpoints import (
+    CheckpointError,
+    IncompatibleCheckpointError,
+    atomic_copy,
+    newest_intact_checkpoint,
+    safe_torch_load,
+    unreadable_reason,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_RESTORE_FILE = "checkpoint_last.pt"
+
+
+class TorchWithSafeLoad(types.ModuleType):
+    """Stands in for ``torch`` inside one fairseq module: ``load`` is :func:`safe_torch_load` (with the
+    module's extra allowed types), every other attribute is torch's own."""
+
+    def __init__(self, extra_globals=()):
+        super().__init__("torch")
+        self._extra_globals = tuple(extra_globals)
+
+    def __getattr__(self, name):
+        return getattr(torch, name)
+
+    def load(self, f, *args, **kwargs):
+        return safe_torch_load(f, *args, extra_globals=self._extra_globals, **kwargs)
+
+
+class PathManagerWithAtomicCopy:
+    """Stands in for fairseq's ``PathManager`` inside ``checkpoint_utils``: local copies are atomic."""
+
+    def __init__(self, path_manager):
+        self._path_manager = path_manager
+
+    def __getattr__(self, name):
+        return getattr(self._path_manager, name)
+
+    def copy(self, src_path: str, dst_path: str, overwrite: bool = False) -> bool:
+        if _is_local(src_path) and _is_local(dst_path) and (overwrite or not os.path.exists(dst_path)):
+            atomic_copy(src_path, dst_path)
+            return True
+        return self._path_manager.copy(src_path, dst_path, overwrite)
+
+
+def _is_local(path: str) -> bool:
+    return "://" not in str(path)
+
+
+def resuming_from_intact_checkpoints(load_checkpoint):
+    """Wraps ``checkpoint_utils.load_checkpoint(cfg, trainer, ...)``, the start of every fairseq-train."""
+
+    def load(cfg, trainer, **passthrough_args):
+        suffix = trainer.checkpoint_suffix or ""
+        if cfg.restore_file != DEFAULT_RESTORE_FILE:
+            path = cfg.restore_file.replace(".pt", suffix + ".pt")
+            _check_restore_file_exists(path, cfg.save_dir)
+            if _is_local(path):
+                check_same_attention(path, trainer.cfg.model, "this run (--restore-file)")
+            return load_checkpoint(cfg, trainer, **passthrough_args)
+        last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
+        if not (_is_local(last) and os.path.isfile(last)):
+            return load_checkpoint(cfg, trainer, **passthrough_args)
+        problem = unreadable_reason(last)
+        if problem is None:
+            check_same_attention(last, trainer.cfg.model, "this run (resuming from --save-dir)")
+            return load_checkpoint(cfg, trainer, **passthrough_args)
+        fallback = newest_intact_checkpoint(cfg.save_dir, suffix, exclude=last)
+        if fallback is None:
+            raise CheckpointError(
+                f"cannot resume from {last}: {problem}, and {cfg.save_dir} holds no other intact checkpoint. "
+                f"Move the damaged file away to start the run from scratch."
+            )
+        logger.warning(f"{last} cannot be loaded ({problem}); resuming from {fallback}, the newest intact "
+                       f"checkpoint in {cfg.save_dir}")
+        check_same_attention(fallback, trainer.cfg.model, "this run (resuming from --save-dir)")
+        load_file = trainer.load_checkpoint
+
+        def load_fallback_instead(filename, *args, **kwargs):
+            return load_file(fallback if os.path.abspath(filename) == os.path.abspath(last) else filename,
+                             *args, **kwargs)
+
+        trainer.load_checkpoint = load_fallback_instead
+        try:
+            return load_checkpoint(cfg, trainer, **passthrough_args)
+        finally:
+            del trainer.load_checkpoint  # back to the class's method
+
+    load.__wrapped__ = load_checkpoint
+    return load
+
+
+def saved_model_cfg(path: str):
+    """The model config a checkpoint was trained with, read without reading its tensors (memory-mapped)."""
+    from omegaconf import OmegaConf
+
+    with open(path, "rb") as f:
+        zip_format = f.read(2) == b"PK"
+    # the zip format can be memory-mapped: the tensors stay on disk
+    state = safe_torch_load(path, map_location="cpu", mmap=zip_format and unreadable_reason(path) is None)
+    if state.get("args") is not None:
+        return state["args"]
+    cfg = state.get("cfg")
+    if isinstance(cfg, dict):
+        cfg = OmegaConf.create(cfg, flags={"allow_objects": True})
+    return None if cfg is None else cfg.get("model")
+
+
+def check_same_attention(path: str, model_cfg, how: str):
+    """The attention options that no tensor shape shows (feature map, heads, k of a pooling projection) must
+    be the checkpoint's: loading its weights under others gives a silently wrong model."""
+    from ..models.checkpoint_fit import identity_differences
+
+    saved = saved_model_cfg(path)
+    differences = identity_differences(saved, model_cfg) if saved is not None else []
+    if differences:
+        raise IncompatibleCheckpointError(
+            f"{path} was trained with other attention options than {how}: " + "; ".join(differences)
+            + ". Its weights mean something else under these options: use the checkpoint's."
+        )
+
+
+def refusing_identity_overrides(load_checkpoint_to_cpu):
+    """Wraps ``checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides)`` (validate, eval-lm, generate,
+    the hub): overriding an option that changes what the weights mean is an error, not a silent misuse."""
+
+    def load(path, arg_overrides=None, load_on_all_ranks=False):
+        state = load_checkpoint_to_cpu(path, arg_overrides, load_on_all_ranks)
+        if arg_overrides and _is_local(path) and state.get("cfg") is not None:
+            check_same_attention(path, state["cfg"].model, "the options given to this command (--model-overrides)")
+        return state
+
+    load.__wrapped__ = load_checkpoint_to_cpu
+    return load
+
+
+def _check_restore_file_exists(path: str, save_dir: str):
+    if not _is_local(path) or os.path.exists(path):
+        return
+    in_save_dir = os.path.join(save_dir, path)
+    hint = (f" A file of that name is in the save dir: pass --restore-file {in_save_dir}."
+            if not os.path.isabs(path) and os.path.exists(in_save_dir) else "")
+    raise FileNotFoundError(
+        f"--restore-file {path} does not exist (relative names are resolved against the working directory "
+        f"{os.getcwd()}, not --save-dir).{hint} Training from scratch instead would overwrite the checkpoints "
+        f"in {save_dir}, so fairseq-train stops here."
+    )
+
+
+def apply():
+    from fairseq import checkpoint_utils
+    from fairseq.distributed import utils as distributed_utils
+
+    checkpoint_utils.torch = TorchWithSafeLoad()
+    checkpoint_utils.PathManager = PathManagerWithAtomicCopy(checkpoint_utils.PathManager)
+    checkpoint_utils.load_checkpoint = resuming_from_intact_checkpoints(checkpoint_utils.load_checkpoint)
+    checkpoint_utils.load_checkpoint_to_cpu = refusing_identity_overrides(checkpoint_utils.load_checkpoint_to_cpu)
+    # rank 0 loads the checkpoint and broadcasts it; the others unpickle it with torch.load too
+    distributed_utils.torch = TorchWithSafeLoad(extra_globals=[distributed_utils._TensorPlaceholder])

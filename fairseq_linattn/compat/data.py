@@ -1,0 +1,85 @@
+"""fairseq's data handling, made to say when nothing is left to evaluate.
+
+* numpy 2 removed ``np.compat``; two fairseq data modules still spell ``np.compat.long`` (LM datasets with
+  ``--sample-break-mode eos``, language-pair datasets) and would fail with AttributeError.
+* When every sample is longer than the model accepts, fairseq skipped them all: ``fairseq-eval-lm`` then
+  printed "Evaluated 0 tokens ... Perplexity: 1.00" and exited 0, and ``--skip-invalid-size-inputs-valid-test``
+  crashed with an IndexError in ``batch_by_size``. Both are now an error that names the options to change.
+"""
+import types
+
+import numpy
+
+
+class Numpy2CompatNumpy(types.ModuleType):
+    """Stands in for ``numpy`` in the fairseq modules that spell ``np.compat.long`` (it was ``int``)."""
+
+    compat = types.SimpleNamespace(long=int)
+
+    def __getattr__(self, name):
+        return getattr(numpy, name)
+
+
+class NothingToEvaluateError(ValueError):
+    pass
+
+
+LENGTH_OPTIONS = (
+    "raise the length the model is given (--tokens-per-sample / --max-positions / --max-target-positions, "
+    "within what the model was trained with), cut the data into shorter samples (--sample-break-mode none "
+    "or complete instead of eos, --shorten-method truncate), or, for fairseq-eval-lm, evaluate with "
+    "--context-window"
+)
+
+
+def refusing_to_filter_everything(filter_indices_by_size):
+    """Wraps ``FairseqTask.filter_indices_by_size``: dropping every sample is an error, not a warning."""
+
+    def filter_indices(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+        kept = filter_indices_by_size(self, indices, dataset, max_positions, ignore_invalid_inputs)
+        if len(indices) > 0 and len(kept) == 0:
+            raise NothingToEvaluateError(
+                f"all {len(indices):,} samples are longer than the model accepts (max_positions={max_positions}), "
+                f"so none is left: {LENGTH_OPTIONS}."
+            )
+        return kept
+
+    filter_indices.__wrapped__ = filter_indices_by_size
+    return filter_indices
+
+
+def refusing_zero_tokens(eval_lm):
+    """Wraps ``fairseq_cli.eval_lm.eval_lm``: a perplexity over zero tokens (fairseq reports 1.00) is an error."""
+
+    def counted(batches, count):
+        for sample in batches:
+            count[0] += int(sample.get("ntokens", 0)) if sample else 0
+            yield sample
+
+    def evaluate(*args, **kwargs):
+        count = [0]
+        if "batch_iterator" in kwargs:
+            kwargs["batch_iterator"] = counted(kwargs["batch_iterator"], count)
+        else:
+            args = (*args[:2], counted(args[2], count), *args[3:])
+        results = eval_lm(*args, **kwargs)
+        if count[0] == 0:
+            raise NothingToEvaluateError(f"fairseq-eval-lm evaluated 0 tokens (the subset is empty): {LENGTH_OPTIONS}.")
+        return results
+
+    evaluate.__wrapped__ = eval_lm
+    return evaluate
+
+
+def apply():
+    from fairseq.tasks import FairseqTask
+
+    if not hasattr(numpy, "compat"):
+        from fairseq.data import language_pair_dataset, token_block_dataset
+
+        for module in (token_block_dataset, language_pair_dataset):
+            module.np = Numpy2CompatNumpy("numpy")
+    FairseqTask.filter_indices_by_size = refusing_to_filter_everything(FairseqTask.filter_indices_by_size)
+    import fairseq_cli.eval_lm
+
+    fairseq_cli.eval_lm.eval_lm = refusing_zero_tokens(fairseq_cli.eval_lm.eval_lm)

@@ -1,0 +1,152 @@
+"""fairseq's distributed launch, made to work on CPU machines and to fail cleanly.
+
+* torchrun on a CPU-only machine: fairseq computes ``rank % torch.cuda.device_count()`` (division by zero).
+* ``DistributedDataParallel`` with CPU modules: fairseq passes CUDA ``device_ids``, which torch rejects.
+* ``--cpu --distributed-world-size N``: fairseq spawns one worker per CUDA device (none here) and returns
+  having trained nothing. N CPU workers are spawned instead.
+* Spawned workers die with their parent: a ``kill -9`` of ``fairseq-train`` no longer orphans its workers
+  (they went on training, and writing checkpoints, with nobody watching).
+* A worker that dies takes the run down with a message that says which and how to resume (torch's own
+  spawn stops the others; its message only says "process 1 terminated with signal SIGKILL").
+* ``--ddp-backend fully_sharded`` without CUDA stops at start-up with the reason: fairscale's FSDP needs CUDA.
+"""
+import ctypes
+import logging
+import multiprocessing
+import os
+import random
+import signal
+import sys
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_original_distributed_main = None  # fairseq's, set by apply()
+
+
+def torchrun_init_without_cuda(original):
+    """With no CUDA device every torchrun worker uses the CPU (device 0); everything else as fairseq does."""
+
+    def infer(cfg):
+        if torch.cuda.is_available():
+            return original(cfg)
+        cfg.distributed_init_method = "env://"
+        cfg.distributed_world_size = int(os.environ["WORLD_SIZE"])
+        cfg.distributed_rank = int(os.environ["RANK"])
+        cfg.device_id = 0
+        cfg.distributed_no_spawn = True  # torchrun already made the processes
+
+    infer.__wrapped__ = original
+    return infer
+
+
+def ddp_accepting_cpu_modules():
+    """For CPU modules the CUDA ``device_ids`` fairseq passes are dropped, as torch asks."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    class CpuFriendlyDistributedDataParallel(DistributedDataParallel):
+        def __init__(self, module, device_ids=None, output_device=None, **kwargs):
+            if all(p.device.type == "cpu" for p in module.parameters()):
+                device_ids = output_device = None
+            super().__init__(module, device_ids=device_ids, output_device=output_device, **kwargs)
+
+    return CpuFriendlyDistributedDataParallel
+
+
+def distributed_main_dying_with_parent(i, main, cfg, kwargs):
+    """fairseq's ``distributed_main``; in a worker that ``torch.multiprocessing.spawn`` started, first ask
+    the kernel to kill this worker when the spawning process dies (Linux ``PR_SET_PDEATHSIG``).
+
+    Only spawned workers: a worker started by torchrun or slurm has a launcher that handles this, and one
+    started by hand from a shell (``nohup fairseq-train --distributed-rank 3 ...``) must outlive the shell."""
+    parent = multiprocessing.parent_process()
+    if parent is not None and sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent.pid:  # the parent died before the request took effect
+            os._exit(1)
+    return _original_distributed_main(i, main, cfg, kwargs)
+
+
+def call_main_with_cpu_workers(original):
+    """fairseq's ``call_main``, which starts every training command. ``--cpu --distributed-world-size N``
+    without a launcher (torchrun, slurm) spawns N CPU workers through fairseq's ``distributed_main``; other
+    runs go as fairseq makes them. Either way a dead worker gives a message that says how to go on."""
+
+    def call_main(cfg, main, **kwargs):
+        from torch.multiprocessing import ProcessExitedException
+
+        dist = cfg.distributed_training
+        if dist.ddp_backend == "fully_sharded" and (cfg.common.cpu or not torch.cuda.is_available()):
+            raise ValueError(
+                "--ddp-backend fully_sharded needs CUDA: fairscale's FullyShardedDataParallel moves a tensor to "
+                "the GPU to check its process group and uses CUDA streams and torch.cuda.synchronize() to gather "
+                "and reduce the shards. On CPU use --ddp-backend pytorch_ddp (the default) or no_c10d."
+            )
+        _bf16_without_tpu(cfg)
+        try:
+            if not _spawns_cpu_workers(cfg):
+                return original(cfg, main, **kwargs)
+            port = dist.distributed_port if dist.distributed_port > 0 else random.randint(10000, 20000)
+            dist.distributed_init_method = f"tcp://localhost:{port}"
+            kwargs["start_rank"] = dist.distributed_rank or 0
+            dist.distributed_rank = None  # assigned per worker by distributed_main
+            torch.multiprocessing.spawn(fn=distributed_main_dying_with_parent, args=(main, cfg, kwargs),
+                                        nprocs=dist.distributed_world_size, join=True)
+        except ProcessExitedException as error:
+            how = f"killed by {error.signal_name}" if error.signal_name else f"exit code {error.exit_code}"
+            raise RuntimeError(
+                f"distributed worker {error.error_index} died ({how}); the other workers were stopped. Run the "
+                f"same command again to resume from {cfg.checkpoint.save_dir}/checkpoint_last.pt."
+            ) from error
+
+    call_main.__wrapped__ = original
+    return call_main
+
+
+def _bf16_without_tpu(cfg):
+    """fairseq 0.12's command line turns ``--bf16`` into ``--tpu`` as well, so ``fairseq-train --bf16`` dies on
+    any machine without torch_xla ('NoneType' object has no attribute 'xla_device'), GPUs included. Without
+    torch_xla, bf16 runs where the other options say (CUDA or ``--cpu``), as under fairseq-hydra-train."""
+    if not (cfg.common.bf16 and cfg.common.tpu):
+        return
+    try:
+        import torch_xla  # noqa: F401
+        return
+    except ImportError:
+        pass
+    logger.info("--bf16 without torch_xla: training in bfloat16 on %s, not on a TPU", "CPU" if cfg.common.cpu else "CUDA")
+    for group in cfg.values():
+        if hasattr(group, "keys") and "tpu" in group:
+            group.tpu = False
+
+
+def _spawns_cpu_workers(cfg) -> bool:
+    """fairseq would spawn one worker per CUDA device, i.e. none: a CPU run with several workers and no
+    launcher that made them (torchrun sets MASTER_ADDR..., slurm its node list)."""
+    dist = cfg.distributed_training
+    launched = all(k in os.environ for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")) or any(
+        k in os.environ for k in ("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST")
+    )
+    return (
+        (cfg.common.cpu or not torch.cuda.is_available())
+        and dist.distributed_world_size > 1
+        and dist.distributed_init_method is None
+        and not dist.distributed_no_spawn
+        and not launched
+    )
+
+
+def apply():
+    global _original_distributed_main
+    from fairseq.distributed import utils as distributed_utils
+    from fairseq.models import distributed_fairseq_model
+
+    distributed_utils._infer_torch_distributed_launch_init = torchrun_init_without_cuda(
+        distributed_utils._infer_torch_distributed_launch_init
+    )
+    distributed_fairseq_model.DistributedDataParallel = ddp_accepting_cpu_modules()
+    _original_distributed_main = distributed_utils.distributed_main
+    distributed_utils.distributed_main = distributed_main_dying_with_parent  # what fairseq's GPU spawn runs too
+    distributed_utils.call_main = call_main_with_cpu_workers(distributed_utils.call_main)
