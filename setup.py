@@ -22,7 +22,12 @@ setup(
         "omegaconf>=2.3",
         "hydra-core>=1.3",
     ],
-    extras_require={"dev": ["pytest", "matplotlib"]},
+    extras_require={
+        # FSDP (--ddp-backend fully_sharded, GPUs only): fairscale 0.4.13 is its last release and installs with
+        # torch 2.13; our layers are wrapped one by one like fairseq's own
+        "fsdp": ["fairscale==0.4.13"],
+        "dev": ["pytest", "matplotlib", "fairscale==0.4.13"],
+    },
     entry_points={
         "console_scripts": [
             "fairseq-linattn-hydra-train = fairseq_linattn.cli.hydra_train:cli_main",

@@ -4,10 +4,9 @@ fairseq writes the first checkpoint of a save to a temporary file and renames it
 it to ``checkpoint_best.pt`` / ``checkpoint_last.pt`` in place: a kill during that copy leaves an empty or
 partial ``checkpoint_last.pt``, and the next ``fairseq-train`` dies on it. :func:`atomic_copy` copies to a
 temporary name and renames; :func:`unreadable_reason` tells a cut-off file from a whole one without loading
-it, so that a restart can fall back to :func:`newest_intact_checkpoint`.
+it, so that a restart can fall back to another checkpoint (:mod:`.resume`).
 """
 import os
-import re
 import shutil
 import zipfile
 from typing import Optional
@@ -43,23 +42,4 @@ def unreadable_reason(path: str) -> Optional[str]:
             archive.infolist()
     except (zipfile.BadZipFile, OSError, EOFError) as error:
         return f"it is truncated ({size} bytes: the zip archive has no intact end, {error})"
-    return None
-
-
-def newest_intact_checkpoint(save_dir: str, suffix: str = "", exclude: str = "") -> Optional[str]:
-    """The most recently written whole checkpoint in ``save_dir`` (``checkpoint*{suffix}.pt``), other than
-    ``exclude``: the state a restart can continue from when ``checkpoint_last`` is damaged."""
-    if not os.path.isdir(save_dir):
-        return None
-    pattern = re.compile(r"checkpoint.*" + re.escape(suffix) + r"\.pt$")
-    excluded = os.path.abspath(exclude) if exclude else None
-    candidates = []
-    for name in os.listdir(save_dir):
-        path = os.path.join(save_dir, name)
-        another_shard = not suffix and re.search(r"-(shard|model_part|rank)-?\d+\.pt$", name)
-        if pattern.match(name) and not another_shard and os.path.isfile(path) and os.path.abspath(path) != excluded:
-            candidates.append(path)
-    for path in sorted(candidates, key=os.path.getmtime, reverse=True):
-        if unreadable_reason(path) is None:
-            return path
     return None

@@ -79,35 +79,52 @@ def resuming_from_intact_checkpoints(load_checkpoint):
                 check_same_attention(path, trainer.cfg.model, "this run (--restore-file)")
             return load_checkpoint(cfg, trainer, **passthrough_args)
         last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
-        if not (_is_local(last) and os.path.isfile(last)):
+        if not _is_local(last):
             return load_checkpoint(cfg, trainer, **passthrough_args)
-        problem = unreadable_reason(last)
-        if problem is None:
+        exists = os.path.isfile(last)
+        problem = unreadable_reason(last) if exists else None
+        if exists and problem is None:
             check_same_attention(last, trainer.cfg.model, "this run (resuming from --save-dir)")
             return load_checkpoint(cfg, trainer, **passthrough_args)
+        if not exists and cfg.no_last_checkpoints:
+            return load_checkpoint(cfg, trainer, **passthrough_args)  # fairseq never resumes such a run
         fallback = newest_intact_checkpoint(cfg.save_dir, suffix, exclude=last)
-        if fallback is None:
+        if fallback is None and exists:
             raise CheckpointError(
                 f"cannot resume from {last}: {problem}, and {cfg.save_dir} holds no other intact checkpoint. "
                 f"Move the damaged file away to start the run from scratch."
             )
-        logger.warning(f"{last} cannot be loaded ({problem}); resuming from {fallback}, the newest intact "
-                       f"checkpoint in {cfg.save_dir}")
+        if fallback is None:
+            return load_checkpoint(cfg, trainer, **passthrough_args)  # a new run
+        why = problem if exists else "it does not exist (a run stopped during its first save?)"
+        logger.warning(f"{last} cannot be loaded ({why}); resuming from {fallback}, the intact checkpoint with the "
+                       f"most updates in {cfg.save_dir}")
         check_same_attention(fallback, trainer.cfg.model, "this run (resuming from --save-dir)")
-        load_file = trainer.load_checkpoint
-
-        def load_fallback_instead(filename, *args, **kwargs):
-            return load_file(fallback if os.path.abspath(filename) == os.path.abspath(last) else filename,
-                             *args, **kwargs)
-
-        trainer.load_checkpoint = load_fallback_instead
-        try:
-            return load_checkpoint(cfg, trainer, **passthrough_args)
-        finally:
-            del trainer.load_checkpoint  # back to the class's method
+        return _loading_instead(load_checkpoint, cfg, trainer, passthrough_args, last, fallback)
 
     load.__wrapped__ = load_checkpoint
     return load
+
+
+def _loading_instead(load_checkpoint, cfg, trainer, passthrough_args, last: str, fallback: str):
+    """fairseq's resume from ``last``, reading ``fallback`` in its place (on every worker alike)."""
+    load_file = trainer.load_checkpoint
+
+    def load_fallback_instead(filename, *args, **kwargs):
+        return load_file(fallback if os.path.abspath(filename) == os.path.abspath(last) else filename, *args, **kwargs)
+
+    # without checkpoint_last fairseq takes the run for a new one and would start --finetune-from-model or
+    # --continue-once over again: it is not new
+    first_launch_options = {k: cfg[k] for k in ("finetune_from_model", "continue_once") if cfg.get(k) is not None}
+    trainer.load_checkpoint = load_fallback_instead
+    try:
+        for name in first_launch_options:
+            cfg[name] = None
+        return load_checkpoint(cfg, trainer, **passthrough_args)
+    finally:
+        for name, value in first_launch_options.items():
+            cfg[name] = value
+        del trainer.load_checkpoint  # back to the class's method
 
 
 def saved_model_cfg(path: str):

@@ -1,0 +1,40 @@
+"""Which checkpoint of a save dir a restart should continue from when ``checkpoint_last`` is missing or damaged."""
+import os
+import re
+from typing import Optional
+
+from .integrity import unreadable_reason
+from .safe_loading import safe_torch_load
+
+_PROGRESS_IN_NAME = re.compile(r"checkpoint(\d+|_\d+_\d+)\D")  # checkpoint3.pt, checkpoint_3_2000.pt
+
+
+def trained_updates(path: str) -> int:
+    """The number of updates a (whole) checkpoint holds, read without reading its tensors (memory-mapped)."""
+    state = safe_torch_load(path, map_location="cpu", mmap=_is_zip(path))
+    history = state.get("optimizer_history") or [{}]
+    return int(history[-1].get("num_updates", 0))
+
+
+def _is_zip(path: str) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"PK"
+
+
+def newest_intact_checkpoint(save_dir: str, suffix: str = "", exclude: str = "") -> Optional[str]:
+    """The whole checkpoint in ``save_dir`` (``checkpoint*{suffix}.pt``, other than ``exclude``) that holds the
+    most updates: preferably one named by its progress (``checkpoint_E_U.pt``, ``checkpointE.pt``) over a
+    copy of it (``checkpoint_best.pt``), then the most recently written."""
+    if not os.path.isdir(save_dir):
+        return None
+    pattern = re.compile(r"checkpoint.*" + re.escape(suffix) + r"\.pt$")
+    excluded = os.path.abspath(exclude) if exclude else None
+    ranked = []
+    for name in os.listdir(save_dir):
+        path = os.path.join(save_dir, name)
+        another_shard = not suffix and re.search(r"-(shard|model_part|rank)-?\d+\.pt$", name)
+        if not pattern.match(name) or another_shard or not os.path.isfile(path) or os.path.abspath(path) == excluded:
+            continue
+        if unreadable_reason(path) is None:
+            ranked.append((trained_updates(path), bool(_PROGRESS_IN_NAME.match(name)), os.path.getmtime(path), path))
+    return max(ranked)[-1] if ranked else None

@@ -1,0 +1,113 @@
+"""Commands started in the background, watched and killed by the tests, with bounded waits.
+
+Only processes a test started are killed: the command itself, or its own children (fairseq's spawned
+workers), found through /proc by their parent's PID."""
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, List
+
+from .cli import BIN
+
+
+class Background:
+    """``command args...`` running with stdout + stderr going to ``log``."""
+
+    def __init__(self, command: str, *args, log: Path, env=None, cwd=None):
+        self.log_path = Path(log)
+        exe = command if os.path.isabs(command) else os.path.join(BIN, command)
+        base = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
+        self._file = open(self.log_path, "w")
+        self.process = subprocess.Popen([exe, *map(str, args)], stdout=self._file, stderr=subprocess.STDOUT, cwd=cwd,
+                                        env={**base, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})})
+        self.pid = self.process.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_until(self, condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.01):
+        deadline = time.monotonic() + timeout
+        while not condition():
+            if self.process.poll() is not None:
+                raise AssertionError(f"exited ({self.process.returncode}) before {what}:\n{self.log()[-4000:]}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise AssertionError(f"no {what} within {timeout} s:\n{self.log()[-4000:]}")
+            time.sleep(poll)
+
+    def wait(self, timeout: float) -> int:
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.stop()
+            raise AssertionError(f"still running after {timeout} s:\n{self.log()[-4000:]}") from None
+        finally:
+            self._file.close()
+
+    def kill(self):
+        """SIGKILL, as a preemption or the OOM killer would; then reap it."""
+        os.kill(self.pid, signal.SIGKILL)
+        self.process.wait(30)
+        self._file.close()
+
+    def stop(self):
+        """Clean-up after a failure: the command and its children."""
+        for pid in [*children(self.pid), self.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.process.wait(30)
+        self._file.close()
+
+
+def children(pid: int) -> List[int]:
+    """The PIDs whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()  # after "(comm)": state, ppid, ...
+            if int(fields[1]) == pid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def spawned_workers(pid: int) -> List[int]:
+    """The workers ``torch.multiprocessing.spawn`` started for ``pid`` (not its resource tracker)."""
+    return [child for child in children(pid) if b"spawn_main" in _cmdline(child)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def wait_gone(pids: List[int], timeout: float) -> float:
+    """Seconds until none of ``pids`` is alive; fails the test (after killing them) past ``timeout``."""
+    start = time.monotonic()
+    while any(alive(pid) for pid in pids):
+        if time.monotonic() - start > timeout:
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            raise AssertionError(f"processes {[p for p in pids if alive(p)]} still alive after {timeout} s")
+        time.sleep(0.05)
+    return time.monotonic() - start

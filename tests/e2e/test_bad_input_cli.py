@@ -1,0 +1,131 @@
+"""Bad input through the real command lines: invalid options stop fairseq-train before it trains, checkpoints
+that do not fit (other dictionary, feature map, heads, k or positions, truncated or empty files) are refused
+with the cause, a missing --restore-file is an error (nothing overwritten), evaluating zero tokens is an error;
+and --bf16 trains on CPU."""
+import re
+
+import pytest
+
+from .cli import USER_DIR, run
+from .test_linear_lm_cli import DECODER
+from .test_linformer_cli import COMMON, TINY
+
+LM = ["--task", "language_modeling", "--arch", "linear_transformer_lm", *DECODER, "--tokens-per-sample", "64",
+      "--sample-break-mode", "none"]
+MLM = ["--task", "masked_lm", "--criterion", "masked_lm", *TINY, "--tokens-per-sample", "64"]
+
+
+def train(data, save_dir, *args, updates=4, check=True):
+    return run("fairseq-train", data, "--user-dir", USER_DIR, *args, "--batch-size", "8", "--optimizer", "adam",
+               "--lr", "1e-3", "--max-update", str(updates), "--save-dir", save_dir, "--no-epoch-checkpoints",
+               *COMMON, check=check)
+
+
+@pytest.fixture(scope="module")
+def lm_checkpoint(mlm_data, tmp_path_factory):
+    save = tmp_path_factory.mktemp("lm")
+    train(mlm_data, save, *LM, "--save-interval-updates", "2")
+    return save
+
+
+@pytest.fixture(scope="module")
+def linformer_checkpoint(mlm_data, tmp_path_factory):
+    save = tmp_path_factory.mktemp("linformer")
+    train(mlm_data, save, *MLM, "--arch", "linformer_roberta_base", "--compressed", "4")
+    return save
+
+
+BAD_OPTIONS = {
+    "compressed-0": ([*MLM, "--arch", "linformer_roberta_base", "--compressed", "0"],
+                     "--compressed is n/k and must be in [1, --max-positions 64], got 0,0"),
+    "compressed-negative": ([*MLM, "--arch", "linformer_roberta_base", "--compressed", "-2"],
+                            "--compressed is n/k and must be in [1, --max-positions 64], got -2,-2"),
+    "conv-ratio": ([*MLM, "--arch", "linformer_roberta_base", "--compressed", "3", "--compress-projection", "conv"],
+                   "--compress-projection conv pools windows of n/k positions, so k must divide --max-positions 64"),
+    "chunk-size-0": ([*LM, "--chunk-size", "0"], "--chunk-size must be >= 1"),
+    "unknown-feature-map": ([*LM, "--feature-map", "softmax"], "--feature-map 'softmax' is not a feature map"),
+    "favor-features": ([*LM, "--feature-map", "favor", "--favor-features", "-1"], "--favor-features must be >= 0"),
+    "heads": ([*MLM, "--arch", "linear_roberta_base", "--encoder-attention-heads", "5"],
+              "--encoder-attention-heads 5 must divide --encoder-embed-dim 64"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_OPTIONS)
+def test_invalid_options_stop_at_start_up(case, mlm_data, tmp_path):
+    args, message = BAD_OPTIONS[case]
+    log = train(mlm_data, tmp_path, *args, check=False)
+    assert message in log, log[-2000:]
+    assert "train_inner" not in log and not list(tmp_path.glob("*.pt"))  # before the first update
+    assert "Error" in log.strip().splitlines()[-1]  # the message is the last line, not a torch traceback
+
+
+def test_checkpoints_that_do_not_fit_name_the_cause(mlm_data, lm_checkpoint, linformer_checkpoint, tmp_path):
+    checkpoint = lm_checkpoint / "checkpoint_last.pt"
+    # another dictionary: 20 symbols fewer
+    other = tmp_path / "other-bin"
+    other.mkdir()
+    for f in mlm_data.iterdir():
+        (other / f.name).symlink_to(f)
+    (other / "dict.txt").unlink()
+    (other / "dict.txt").write_text("".join((mlm_data / "dict.txt").read_text().splitlines(keepends=True)[:-20]))
+    log = run("fairseq-eval-lm", other, "--user-dir", USER_DIR, "--path", checkpoint, "--cpu", "--tokens-per-sample",
+              "64", check=False)
+    assert re.search(r"the checkpoint's dictionary has \d+ symbols, this model's \d+: use the data \(dict.txt\)", log)
+    # elu and relu have no weights to tell them apart; the heads do not change any shape
+    for override, message in (("{'feature_map': 'relu'}", "--feature-map: 'elu' in the checkpoint, 'relu' here"),
+                              ("{'decoder_attention_heads': 8}", "--decoder-attention-heads: 4 in the checkpoint, 8 here")):
+        log = run("fairseq-eval-lm", mlm_data, "--user-dir", USER_DIR, "--path", checkpoint, "--cpu",
+                  "--tokens-per-sample", "64", "--model-overrides", override, check=False)
+        assert message in log and "Perplexity" not in log, log[-2000:]
+    # restoring into other options
+    log = train(mlm_data, tmp_path / "favor", *LM, "--feature-map", "favor", "--restore-file", checkpoint, check=False)
+    assert "--feature-map: 'elu' in the checkpoint, 'favor' here" in log and "train_inner" not in log
+    log = train(mlm_data, tmp_path / "k", *MLM, "--arch", "linformer_roberta_base", "--max-positions", "32",
+                "--tokens-per-sample", "32", "--restore-file", linformer_checkpoint / "checkpoint_last.pt", check=False)
+    assert "--max-positions: 64 in the checkpoint, 32 here; k per layer (--compressed / --compressed-length): " \
+           "[16, 16] in the checkpoint, [8, 8] here" in log
+
+
+@pytest.mark.parametrize("damage", ["truncated", "empty"])
+def test_a_damaged_checkpoint_file_names_the_damage(damage, mlm_data, lm_checkpoint, tmp_path):
+    data = (lm_checkpoint / "checkpoint_last.pt").read_bytes()
+    path = tmp_path / "damaged.pt"
+    path.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"")
+    log = run("fairseq-eval-lm", mlm_data, "--user-dir", USER_DIR, "--path", path, "--cpu", "--tokens-per-sample",
+              "64", check=False)
+    what = "it is truncated" if damage == "truncated" else "it is empty (0 bytes)"
+    assert f"CorruptCheckpointError: cannot load {path}: {what}" in log, log[-2000:]
+
+
+def test_a_missing_restore_file_is_an_error_and_nothing_is_overwritten(mlm_data, lm_checkpoint, tmp_path):
+    """A bare name is resolved against the working directory, not --save-dir: fairseq trained from scratch and
+    overwrote the save dir's checkpoints."""
+    before = {p.name: p.stat().st_mtime_ns for p in lm_checkpoint.iterdir()}
+    log = train(mlm_data, lm_checkpoint, *LM, "--restore-file", "checkpoint_1_2.pt", updates=6, check=False)
+    assert (f"--restore-file checkpoint_1_2.pt does not exist (relative names are resolved against the working "
+            f"directory") in log and f"pass --restore-file {lm_checkpoint}/checkpoint_1_2.pt" in log
+    assert {p.name: p.stat().st_mtime_ns for p in lm_checkpoint.iterdir()} == before
+
+
+def test_evaluating_zero_tokens_is_an_error(mlm_data, lm_checkpoint, tmp_path):
+    """Every sample longer than the model's 64 positions: fairseq-eval-lm reported 'Perplexity: 1.00' for 0
+    tokens and exited 0; fairseq-validate --skip-invalid-size-inputs-valid-test died in batch_by_size."""
+    checkpoint = lm_checkpoint / "checkpoint_last.pt"
+    log = run("fairseq-eval-lm", mlm_data, "--user-dir", USER_DIR, "--path", checkpoint, "--cpu", check=False)
+    assert "samples are longer than the model accepts (max_positions=64), so none is left" in log
+    assert "--context-window" in log and "--tokens-per-sample" in log and "Perplexity" not in log
+    log = run("fairseq-validate", mlm_data, "--user-dir", USER_DIR, "--task", "language_modeling", "--path",
+              checkpoint, "--cpu", "--tokens-per-sample", "4", "--sample-break-mode", "eos",
+              "--skip-invalid-size-inputs-valid-test", "--batch-size", "4", check=False)
+    assert "so none is left" in log and "IndexError" not in log
+
+
+@pytest.mark.parametrize("model", [[*MLM, "--arch", "linformer_roberta_base"], [*MLM, "--arch", "linear_roberta_base"],
+                                   [*LM, "--feature-map", "favor"]], ids=["linformer", "linear_roberta", "lm-favor"])
+def test_bf16_trains_on_cpu(model, mlm_data, tmp_path):
+    """fairseq 0.12's --bf16 also turned on --tpu and died without torch_xla; the plugin trains in bf16 where
+    the other options say (CPU here). fp16 needs CUDA (the GPU suite covers it)."""
+    log = train(mlm_data, tmp_path, *model, "--bf16", "--no-save")
+    found = re.findall(r"\| loss ([0-9.]+|nan|inf) .*num_updates 4", log)
+    assert found and all(loss not in ("nan", "inf") for loss in found), log[-2000:]
+    assert "training in bfloat16 on CPU" in log
