@@ -36,13 +36,14 @@ from fairseq.models.roberta import RobertaModel
 from omegaconf import OmegaConf
 
 from .attention.feature_maps import FeatureMap
-from .attention.projections import ConvProjection, LearnedProjection, SequenceProjection
-from .models.linear_roberta import add_kernel_attention_args
-from .models.linformer_roberta import add_linformer_args
+from .attention.projections import SequenceProjection
+from .models.linear_roberta import LinearRobertaModel
+from .models.linformer_roberta import LinformerRobertaModel
 from .models.roberta import SwappedAttentionRobertaModel
 
-# the options each target model adds to RoBERTa's, taken from the models' own argument groups
-TARGET_OPTIONS = {"linformer_roberta": add_linformer_args, "linear_roberta": add_kernel_attention_args}
+# the options each target model adds to RoBERTa's, taken from the models themselves
+TARGET_OPTIONS = {"linformer_roberta": LinformerRobertaModel.add_attention_args,
+                  "linear_roberta": LinearRobertaModel.add_attention_args}
 INIT_PROJECTIONS = ("default", "identity-like")
 # model-shape options that fairseq-train must repeat when it restores the converted checkpoint
 SHAPE_OPTIONS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads")
@@ -157,7 +158,7 @@ def warm_start(source: RobertaModel, task, target_args: Namespace, init_projecti
     if init_projection == "identity-like":
         for module in target.modules():
             if isinstance(module, SequenceProjection):
-                init_identity_like_(module)
+                module.init_identity_like_()
     target.eval()
     return WarmStart(target, copied=[k for k in target.state_dict() if k in source_state],
                      new=sorted(result.missing_keys))
@@ -170,20 +171,6 @@ def new_tensor_names(model) -> set:
         if isinstance(module, (SequenceProjection, FeatureMap)):
             names.update(f"{prefix}.{name}" for name in module.state_dict())
     return names
-
-
-@torch.no_grad()
-def init_identity_like_(projection: SequenceProjection):
-    """E (or the convolution) averages consecutive windows of about n/k positions: the compressed keys and
-    values start as local means of the source's (the identity when k = n) instead of random mixtures."""
-    if isinstance(projection, LearnedProjection):
-        k, n = projection.weight.shape
-        window_of_position = torch.arange(n) * k // n  # covers every window once k <= n
-        averaging = F.one_hot(window_of_position, k).t().to(projection.weight.dtype)
-        projection.weight.copy_(averaging / averaging.sum(dim=1, keepdim=True))
-    elif isinstance(projection, ConvProjection):
-        projection.weight.fill_(1.0 / projection.window)
-    # mean/max pooling have no parameters: they already average (or max) windows
 
 
 # ---------------------------------------------------------------------------------------------- agreement

@@ -17,8 +17,8 @@ shaded; (b) a layer x head heatmap of the curve at --index), ``spectrum.json`` a
 from __future__ import annotations
 
 import argparse
-import logging
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional

@@ -33,7 +33,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import bench_common as bc  # noqa: E402
-from fairseq_linattn.attention.causal import (  # noqa: E402
+
+from fairseq_linattn.attention.ops.linear_attn import (  # noqa: E402
     causal_linear_attention,
     causal_linear_attention_reference,
 )

@@ -27,11 +27,10 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase  # noqa: E402
 from torch import nn  # noqa: E402
 
 import fairseq_linattn  # noqa: E402,F401  (registers the plugin's models)
-from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase  # noqa: E402
-
 from fairseq_linattn.attention.base import SelfAttention  # noqa: E402
 from fairseq_linattn.attention.full import SoftmaxAttention  # noqa: E402
 from fairseq_linattn.models.standalone import DictionaryTask, build_model  # noqa: E402,F401  (used by the scripts)
@@ -223,7 +222,7 @@ class ProjectionsOnlyAttention(SelfAttention):
         mixed = getattr(self, self.inputs[0])(query)
         for name in self.inputs[1:]:
             mixed = mixed + getattr(self, name)(query)
-        return self.out_proj(mixed), None
+        return self.split_heads(mixed), None  # merged into out_proj by SelfAttention
 
 
 def as_projections_only(old: nn.Module, inputs=("q_proj", "k_proj", "v_proj")) -> ProjectionsOnlyAttention:

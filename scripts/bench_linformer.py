@@ -202,7 +202,7 @@ def get(results, n, name):
 def render(data):
     results = data["results"]
     machine = bc.machine_line(data["machine"], data["load_start"], data["load_end"])
-    lines = [f"### Linformer vs RoBERTa: inference on CPU (Linformer paper, Table 3)", "",
+    lines = ["### Linformer vs RoBERTa: inference on CPU (Linformer paper, Table 3)", "",
              f"{machine}.", "",
              f"{data['args']['layers']} layers, d=768, 12 heads, FFN 3072, batch 1, eval + no_grad, encoder "
              "forward (`features_only=True`), max_positions = n. `fairseq`: RoBERTa with fairseq's "

@@ -52,8 +52,7 @@ class CumsumKernelAttention(KernelAttention):
         normalisers = k.cumsum(2)
         numerator = torch.einsum("bhtm,bhtmd->bhtd", q, states)
         denominator = (q * normalisers).sum(-1, keepdim=True) + self.eps
-        out = (numerator / denominator).to(query.dtype)
-        return self.out_proj(self.merge_heads(out)), None
+        return (numerator / denominator).to(query.dtype), None
 
 
 def as_cumsum_attention(old: KernelAttention) -> CumsumKernelAttention:
@@ -294,8 +293,8 @@ def render(data):
         if floor is not None:
             f = floor["speedup_vs_transformer_lm"]
             verdict += (f"; projections-only ceiling {bc.fmt_x(f)}, linear at {100 * s / f:.0f}% of it"
-                        + (f": the target is above what any attention with q/k/v/out projections reaches on "
-                           f"this machine" if f < t["speedup"] else ""))
+                        + (": the target is above what any attention with q/k/v/out projections reaches on "
+                           "this machine" if f < t["speedup"] else ""))
         verdict += "."
     lines += ["", verdict]
     if data.get("profile"):

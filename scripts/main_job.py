@@ -93,7 +93,8 @@ def last(pattern, text, cast=float):
 
 def valid_curve(log):
     """(num_updates, valid loss) at each validation in a fairseq-train log."""
-    return [(int(u), float(l)) for l, u in re.findall(r"valid on 'valid' subset \| loss ([0-9.]+) .*?num_updates (\d+)", log)]
+    found = re.findall(r"valid on 'valid' subset \| loss ([0-9.]+) .*?num_updates (\d+)", log)
+    return [(int(updates), float(loss)) for loss, updates in found]
 
 
 class MainJob:
@@ -237,12 +238,14 @@ class MainJob:
             "|---|---|---|---|---|",
         ]
         for name in ("roberta", "linformer_roberta"):
-            rows.append(f"| {name} | masked LM (test) | perplexity | {r[name]['test_mlm_ppl']:.2f} | {r[name]['train_seconds']:.0f} s |")
+            rows.append(f"| {name} | masked LM (test) | perplexity | {r[name]['test_mlm_ppl']:.2f} | "
+                        f"{r[name]['train_seconds']:.0f} s |")
         for name in ("roberta", "linformer_roberta"):
             rows.append(f"| {name} | docstring classification (dev) | accuracy | {r[name]['dev_accuracy']:.1f}% "
                         f"(majority {r.get('majority_baseline', '?')}%) | |")
         for name in ("transformer_lm", "linear_transformer_lm"):
-            rows.append(f"| {name} | causal LM (test, eval-lm) | perplexity | {r[name]['test_ppl']:.2f} | {r[name]['train_seconds']:.0f} s |")
+            rows.append(f"| {name} | causal LM (test, eval-lm) | perplexity | {r[name]['test_ppl']:.2f} | "
+                        f"{r[name]['train_seconds']:.0f} s |")
         table = "\n".join(rows)
         (self.work / "summary.md").write_text(
             f"# Main job summary\n\nScale: {self.scale}\n\n{table}\n\nSamples (linear_transformer_lm, RNN mode):\n\n"

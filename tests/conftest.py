@@ -1,14 +1,7 @@
-import os
-import sys
-
 import pytest
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-import fairseq_linattn  # noqa: E402,F401  (registers models, applies fixes)
+import fairseq_linattn  # noqa: F401  (registers the models, applies the fairseq fixes)
 
 
 @pytest.fixture(autouse=True)

@@ -3,9 +3,8 @@ import os
 
 import fairseq
 import pytest
-from omegaconf import OmegaConf
-
 from fairseq.models import ARCH_MODEL_REGISTRY
+from omegaconf import OmegaConf
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fairseq_linattn", "config")
 FAIRSEQ_ROBERTA = os.path.join(os.path.dirname(fairseq.__file__), "examples", "roberta", "config")

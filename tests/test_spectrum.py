@@ -14,7 +14,7 @@ from fairseq_linattn.spectrum import (
     split_sequences,
     write_report,
 )
-from models.builders import SMALL_ENCODER, build  # tests/ is on sys.path (pytest rootdir insertion)
+from tests.models.builders import SMALL_ENCODER, build
 
 LENGTH = 32
 

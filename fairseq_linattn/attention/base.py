@@ -3,8 +3,9 @@
 fairseq's layers call ``self_attn(query, key, value, key_padding_mask=..., incremental_state=...,
 need_weights=..., attn_mask=...)`` with T x B x C tensors and expect ``(output, weights)`` back, plus
 ``num_heads``, ``head_dim`` and ``reorder_incremental_state`` for beam search. ``SelfAttention`` owns that
-contract and the q/k/v/out projections (same names and initialisation as fairseq's ``MultiheadAttention``,
-so RoBERTa / transformer_lm weights map one to one); a mechanism only implements :meth:`attend`.
+contract, the q/k/v/out projections (same names and initialisation as fairseq's ``MultiheadAttention``, so
+RoBERTa / transformer_lm weights map one to one) and the merge of the heads into the output projection; a
+mechanism only implements :meth:`attend`, from the layer input to per-head outputs.
 """
 import math
 from typing import Dict, Optional, Tuple
@@ -87,13 +88,14 @@ class SelfAttention(nn.Module):
                 f"expected query of shape (time, batch, {self.embed_dim}), got {tuple(query.shape)}"
             )
         padding_mask = as_padding_mask(key_padding_mask, query)
-        out, weights = self.attend(
+        heads, weights = self.attend(
             query,
             padding_mask,
             attn_mask=attn_mask,
             incremental_state=incremental_state,
             need_weights=need_weights or need_head_weights,
         )
+        out = self.out_proj(self.merge_heads(heads))
         if weights is not None and not need_head_weights:
             weights = weights.mean(dim=1)  # fairseq returns head-averaged weights: B x T x S
         elif weights is not None:
@@ -108,7 +110,7 @@ class SelfAttention(nn.Module):
         incremental_state: IncrementalState,
         need_weights: bool,
     ) -> Tuple[Tensor, Optional[Tensor]]:
-        """Return the T x B x C output (after ``out_proj``) and, if asked for, B x H x T x S weights."""
+        """Return the per-head outputs (B x H x T x D, any strides) and, if asked for, B x H x T x S weights."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ head reshaping

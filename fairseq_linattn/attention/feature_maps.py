@@ -102,7 +102,7 @@ class FavorFeatureMap(FeatureMap):
     # usual scale, 92% of fp32 key rows underflowed to exactly 0 and the attention output collapsed to 0).
     # Queries: each row is shifted by its own max, a factor that cancels between numerator and normaliser.
     # Keys: each row's max goes to a separate log scale (key_features); the ops then measure every key against
-    # a running max over the key blocks seen so far (as Performer shifts by a max; running, so that a later key
+    # the running max of the log scales up to it (as Performer shifts by a max; running, so that a later key
     # never changes an earlier output), and rescale the carried state when that max grows.
 
     def __init__(self, head_dim: int, num_features: int = 0, redraw_interval: int = 1000, seed: int = 0):

@@ -2,7 +2,7 @@
 
 softmax(q k^T) v becomes φ(q) (φ(k)^T v) / (φ(q) Σ φ(k)): linear in the length, and in causal mode an RNN
 whose state (M x (D+1) per head) replaces the key/value cache during generation, constant in the position.
-This module only does projections, feature maps, masking and state; the math is in :mod:`.causal`.
+This module only does projections, feature maps, masking and state; the math is in :mod:`.ops.linear_attn`.
 
 * Padding is exact: the feature rows of padded keys (and their values) are zeroed, which removes them from
   both the numerator and the normaliser.
@@ -20,13 +20,13 @@ import torch
 from torch import Tensor
 
 from .base import SelfAttention
-from .causal import (
+from .feature_maps import FeatureMap, build_feature_map
+from .ops.linear_attn import (
     causal_linear_attention,
     linear_attention,
     linear_attention_weights,
     recurrent_linear_attention_step,
 )
-from .feature_maps import FeatureMap, build_feature_map
 
 logger = logging.getLogger(__name__)
 
@@ -99,14 +99,18 @@ class KernelAttention(SelfAttention):
         weights = None
         if need_weights:
             weights = linear_attention_weights(q, k, self.causal, eps, key_log_scale=k_log_scale).to(query.dtype)
-        return self.out_proj(self.merge_heads(out)), weights
+        return out, weights
+
+    # Keys with a log scale (FAVOR+) are positive, so their normaliser is never 0 but by underflow; it is
+    # measured against a reference (the largest key scale so far), so a fixed 1e-6 weighed differently at every
+    # input scale (it cost 2% of accuracy at 2x the usual scale). 1e-30 keeps the output the float64 estimator's
+    # to 1e-6 up to 8x (5% at 10x, where normalisers below 1e-30 shrink their rows towards 0) and the gradients
+    # finite up to 100x with loss scales of 1024; the smallest normal float (1e-38) let them overflow at 30x.
+    LOG_SCALED_EPS = 1e-30
 
     def normaliser_eps(self, k_log_scale: Optional[Tensor]) -> float:
-        """``eps`` keeps a zero normaliser from dividing by zero (relu features of a query can all be 0). Keys
-        with a log scale (FAVOR+) are positive, so their normaliser is 0 only by underflow, and it is measured
-        against a reference (the largest key scale so far), so a fixed eps would weigh differently at every
-        scale (1e-6 cost FAVOR+ 2% of accuracy at 2x the usual input scale): the smallest normal float instead."""
-        return self.eps if k_log_scale is None else torch.finfo(torch.float32).tiny
+        """``eps`` keeps a zero normaliser from dividing by zero (relu features of a query can all be 0)."""
+        return self.eps if k_log_scale is None else self.LOG_SCALED_EPS
 
     def decode(self, q: Tensor, k: Tensor, v: Tensor, k_log_scale: Optional[Tensor], incremental_state,
                eps: float) -> Tensor:
@@ -120,7 +124,7 @@ class KernelAttention(SelfAttention):
             state = q.new_zeros(b, h, m, v.size(-1) + 1, dtype=torch.float32)
         if k_log_scale is not None:
             log_scale = buffer.get(self.LOG_SCALE_KEY)
-            if log_scale is None:  # no key yet: the smallest scale (see causal._finite)
+            if log_scale is None:  # no key yet: the smallest scale (see ops.linear_attn.utils.finite)
                 log_scale = state.new_full((*state.shape[:-2], 1, 1), torch.finfo(state.dtype).min / 4)
             state = (state, log_scale)
         if q.size(2) == 1:

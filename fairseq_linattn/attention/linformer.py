@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from .base import SelfAttention
+from .ops.softmax import softmax_attention
 from .projections import SequenceProjection
-from .softmax import softmax_attention
 
 
 class LinformerAttention(SelfAttention):
@@ -98,7 +98,7 @@ class LinformerAttention(SelfAttention):
             scale=self.scaling,
             need_weights=need_weights,
         )
-        return self.out_proj(self.merge_heads(out)), weights
+        return out, weights
 
 
 def right_align(x: Tensor, padding_mask: Tensor):

@@ -49,6 +49,11 @@ class SequenceProjection(nn.Module):
     def forward(self, x: Tensor, padding_mask: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
         raise NotImplementedError
 
+    @torch.no_grad()
+    def init_identity_like_(self):
+        """For a warm start from softmax attention: each compressed position starts as the average of a window
+        of about n/k positions (the identity when k = n). Pooling already does that: nothing to set."""
+
     def extra_repr(self):
         return f"{self.kind}: n={self.max_positions} -> k={self.compressed_length}"
 
@@ -60,6 +65,13 @@ class LearnedProjection(SequenceProjection):
         # named like fairseq's examples/linformer (compress_k.weight: k x n) so its checkpoints load as is
         self.weight = nn.Parameter(torch.empty(compressed_length, max_positions))
         nn.init.xavier_uniform_(self.weight, gain=1 / math.sqrt(2))
+
+    @torch.no_grad()
+    def init_identity_like_(self):
+        k, n = self.weight.shape
+        window_of_position = torch.arange(n) * k // n  # covers every window once k <= n
+        averaging = F.one_hot(window_of_position, k).t().to(self.weight.dtype)
+        self.weight.copy_(averaging / averaging.sum(dim=1, keepdim=True))
 
     def forward(self, x, padding_mask):
         self.check_length(x.size(0))
@@ -140,6 +152,10 @@ class ConvProjection(_WindowedProjection):
             raise ValueError("the conv projection needs embed_dim")
         self.weight = nn.Parameter(torch.empty(embed_dim, 1, self.window))
         nn.init.xavier_uniform_(self.weight, gain=1 / math.sqrt(2))
+
+    @torch.no_grad()
+    def init_identity_like_(self):
+        self.weight.fill_(1.0 / self.window)
 
     def forward(self, x, padding_mask):
         xt, counts = self.windows(x, padding_mask)

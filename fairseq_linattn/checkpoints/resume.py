@@ -1,10 +1,14 @@
 """Which checkpoint of a save dir a restart should continue from when ``checkpoint_last`` is missing or damaged."""
+import logging
 import os
 import re
-from typing import Optional
+from typing import Iterable, Optional
 
+from .errors import CheckpointError
 from .integrity import unreadable_reason
 from .safe_loading import safe_torch_load
+
+logger = logging.getLogger(__name__)
 
 _PROGRESS_IN_NAME = re.compile(r"checkpoint(\d+|_\d+_\d+)\D")  # checkpoint3.pt, checkpoint_3_2000.pt
 
@@ -21,20 +25,27 @@ def _is_zip(path: str) -> bool:
         return f.read(2) == b"PK"
 
 
-def newest_intact_checkpoint(save_dir: str, suffix: str = "", exclude: str = "") -> Optional[str]:
-    """The whole checkpoint in ``save_dir`` (``checkpoint*{suffix}.pt``, other than ``exclude``) that holds the
-    most updates: preferably one named by its progress (``checkpoint_E_U.pt``, ``checkpointE.pt``) over a
-    copy of it (``checkpoint_best.pt``), then the most recently written."""
+def newest_intact_checkpoint(save_dir: str, suffix: str = "", exclude: Iterable[str] = (),
+                             progress_named_only: bool = False) -> Optional[str]:
+    """The whole checkpoint in ``save_dir`` (``checkpoint*{suffix}.pt``, none of ``exclude``) that holds the
+    most updates: preferably one named by its progress (``checkpoint_E_U.pt``, ``checkpointE.pt``) over a copy
+    of it (``checkpoint_best.pt``), then the most recently written. ``progress_named_only``: only those named
+    by their progress (not a best copy, nor a pretrained model someone put there). A file that cannot be read
+    is skipped with a warning."""
     if not os.path.isdir(save_dir):
         return None
     pattern = re.compile(r"checkpoint.*" + re.escape(suffix) + r"\.pt$")
-    excluded = os.path.abspath(exclude) if exclude else None
+    excluded = {os.path.abspath(path) for path in exclude if path}
     ranked = []
     for name in os.listdir(save_dir):
         path = os.path.join(save_dir, name)
         another_shard = not suffix and re.search(r"-(shard|model_part|rank)-?\d+\.pt$", name)
-        if not pattern.match(name) or another_shard or not os.path.isfile(path) or os.path.abspath(path) == excluded:
+        by_progress = bool(_PROGRESS_IN_NAME.match(name))
+        if (not pattern.match(name) or another_shard or not os.path.isfile(path) or os.path.abspath(path) in excluded
+                or (progress_named_only and not by_progress) or unreadable_reason(path) is not None):
             continue
-        if unreadable_reason(path) is None:
-            ranked.append((trained_updates(path), bool(_PROGRESS_IN_NAME.match(name)), os.path.getmtime(path), path))
+        try:
+            ranked.append((trained_updates(path), by_progress, os.path.getmtime(path), path))
+        except (CheckpointError, OSError) as error:
+            logger.warning(f"skipping {path} as a checkpoint to resume from: {error}")
     return max(ranked)[-1] if ranked else None

@@ -29,6 +29,8 @@ from .integrity import unreadable_reason
 logger = logging.getLogger(__name__)
 
 TRUST_VARIABLE = "FAIRSEQ_LINATTN_TRUST_CHECKPOINTS"
+# what torch's zip reader says about an archive that is not whole or not a torch checkpoint
+_ARCHIVE_ERRORS = ("PytorchStreamReader", "zip archive", "hasRecord", "archive is corrupted")
 _TORCH_TRUST_VARIABLE = "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"
 _TRUE = ("1", "y", "yes", "true")
 
@@ -87,18 +89,20 @@ def safe_torch_load(f, *args, extra_globals=(), **kwargs):
         with torch.serialization.safe_globals([*allowed_globals(), *extra_globals]):
             return torch.load(f, *args, weights_only=True, **kwargs)
     except pickle.UnpicklingError as error:
-        if "Weights only load failed" not in str(error):
-            raise CorruptCheckpointError(_corrupt_message(name, error)) from error
+        # torch reports every unpickling failure under weights_only as "Weights only load failed"; only one
+        # that names a global the allow-list lacks, in a file that is whole, is a file asking to run code
         found = re.search(r"GLOBAL ([\w.]+)", str(error))
-        what = found.group(1) if found else "an object that is not on the allow-list"
+        whole = not isinstance(name, str) or not os.path.isfile(name) or unreadable_reason(name) is None
+        if not (found and whole):
+            raise CorruptCheckpointError(_corrupt_message(name, error)) from error
         raise UnsafeCheckpointError(
-            f"refusing to load {name}: it pickles {what}, which no fairseq checkpoint contains, and unpickling it "
-            f"could run code from the file. If you trust this file (e.g. a checkpoint written by other software), "
-            f"set {TRUST_VARIABLE}=1 to load it in full."
+            f"refusing to load {name}: it pickles {found.group(1)}, which no fairseq checkpoint contains, and "
+            f"unpickling it could run code from the file. If you trust this file (e.g. a checkpoint written by "
+            f"other software), set {TRUST_VARIABLE}=1 to load it in full."
         ) from None
     except (EOFError, RuntimeError) as error:
-        if isinstance(error, RuntimeError) and "zip archive" not in str(error) and "PytorchStreamReader" not in str(error):
-            raise
+        if isinstance(error, RuntimeError) and not any(sign in str(error) for sign in _ARCHIVE_ERRORS):
+            raise  # e.g. a CUDA tensor without map_location: not the file's fault
         raise CorruptCheckpointError(_corrupt_message(name, error)) from error
 
 

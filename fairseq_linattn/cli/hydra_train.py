@@ -53,8 +53,9 @@ def use_shipped_configs(argv: List[str]) -> List[str]:
 
 
 def cli_main():
-    import fairseq_linattn  # noqa: F401  (registers our models before hydra composes)
     from fairseq_cli import hydra_train
+
+    import fairseq_linattn  # noqa: F401  (registers our models before hydra composes)
 
     sys.argv = [sys.argv[0]] + rewrite_overrides(sys.argv[1:])
     hydra_train.cli_main()

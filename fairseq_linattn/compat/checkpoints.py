@@ -72,13 +72,14 @@ def resuming_from_intact_checkpoints(load_checkpoint):
 
     def load(cfg, trainer, **passthrough_args):
         suffix = trainer.checkpoint_suffix or ""
+        last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
         if cfg.restore_file != DEFAULT_RESTORE_FILE:
             path = cfg.restore_file.replace(".pt", suffix + ".pt")
-            _check_restore_file_exists(path, cfg.save_dir)
-            if _is_local(path):
-                check_same_attention(path, trainer.cfg.model, "this run (--restore-file)")
-            return load_checkpoint(cfg, trainer, **passthrough_args)
-        last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
+            if not _same_file(path, last):  # (--restore-file $SAVE/checkpoint_last.pt is a resume: see below)
+                _check_restore_file_exists(path, cfg.save_dir)
+                if _is_local(path):
+                    check_same_attention(path, trainer.cfg.model, "this run (--restore-file)")
+                return load_checkpoint(cfg, trainer, **passthrough_args)
         if not _is_local(last):
             return load_checkpoint(cfg, trainer, **passthrough_args)
         exists = os.path.isfile(last)
@@ -86,13 +87,19 @@ def resuming_from_intact_checkpoints(load_checkpoint):
         if exists and problem is None:
             check_same_attention(last, trainer.cfg.model, "this run (resuming from --save-dir)")
             return load_checkpoint(cfg, trainer, **passthrough_args)
-        if not exists and cfg.no_last_checkpoints:
+        if not exists and (cfg.no_last_checkpoints or suffix):
             return load_checkpoint(cfg, trainer, **passthrough_args)  # fairseq never resumes such a run
-        fallback = newest_intact_checkpoint(cfg.save_dir, suffix, exclude=last)
+        fallback = None
+        if not suffix:  # sharded checkpoints (one file per rank) would each pick their own: no fallback
+            # without checkpoint_last only a checkpoint named by its progress (not a pretrained model kept there)
+            fallback = newest_intact_checkpoint(
+                cfg.save_dir, suffix, exclude=[last, cfg.get("finetune_from_model"), cfg.get("continue_once")],
+                progress_named_only=not exists)
         if fallback is None and exists:
             raise CheckpointError(
-                f"cannot resume from {last}: {problem}, and {cfg.save_dir} holds no other intact checkpoint. "
-                f"Move the damaged file away to start the run from scratch."
+                f"cannot resume from {last}: {problem}, and {cfg.save_dir} holds no other intact checkpoint "
+                f"{'of this shard ' if suffix else ''}to fall back to. Move the damaged file away to start the run "
+                "from scratch, or restore another checkpoint with --restore-file."
             )
         if fallback is None:
             return load_checkpoint(cfg, trainer, **passthrough_args)  # a new run
@@ -106,12 +113,16 @@ def resuming_from_intact_checkpoints(load_checkpoint):
     return load
 
 
+def _same_file(a: str, b: str) -> bool:
+    return _is_local(a) and os.path.abspath(a) == os.path.abspath(b)
+
+
 def _loading_instead(load_checkpoint, cfg, trainer, passthrough_args, last: str, fallback: str):
     """fairseq's resume from ``last``, reading ``fallback`` in its place (on every worker alike)."""
     load_file = trainer.load_checkpoint
 
     def load_fallback_instead(filename, *args, **kwargs):
-        return load_file(fallback if os.path.abspath(filename) == os.path.abspath(last) else filename, *args, **kwargs)
+        return load_file(fallback if _same_file(filename, last) else filename, *args, **kwargs)
 
     # without checkpoint_last fairseq takes the run for a new one and would start --finetune-from-model or
     # --continue-once over again: it is not new
@@ -160,10 +171,12 @@ def check_same_attention(path: str, model_cfg, how: str):
 def refusing_identity_overrides(load_checkpoint_to_cpu):
     """Wraps ``checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides)`` (validate, eval-lm, generate,
     the hub): overriding an option that changes what the weights mean is an error, not a silent misuse."""
+    from ..attention.options import identity_option_names
 
     def load(path, arg_overrides=None, load_on_all_ranks=False):
         state = load_checkpoint_to_cpu(path, arg_overrides, load_on_all_ranks)
-        if arg_overrides and _is_local(path) and state.get("cfg") is not None:
+        touched = set(arg_overrides or ()) & identity_option_names()  # else the saved cfg need not be read again
+        if touched and _is_local(path) and state.get("cfg") is not None:
             check_same_attention(path, state["cfg"].model, "the options given to this command (--model-overrides)")
         return state
 
@@ -184,13 +197,33 @@ def _check_restore_file_exists(path: str, save_dir: str):
     )
 
 
+def surfacing_checkpoint_errors(load_checkpoint):
+    """Wraps ``Trainer.load_checkpoint``, which turns any error while loading the weights into a bare
+    "Cannot load model parameters ...; please ensure that the architectures match": ours name the cause."""
+    from ..attention.workers import WorkersDisagreeError
+
+    def load(self, *args, **kwargs):
+        try:
+            return load_checkpoint(self, *args, **kwargs)
+        except Exception as error:
+            cause = error.__context__
+            if type(error) is Exception and isinstance(cause, (CheckpointError, WorkersDisagreeError)):
+                raise cause from None
+            raise
+
+    load.__wrapped__ = load_checkpoint
+    return load
+
+
 def apply():
     from fairseq import checkpoint_utils
     from fairseq.distributed import utils as distributed_utils
+    from fairseq.trainer import Trainer
 
     checkpoint_utils.torch = TorchWithSafeLoad()
     checkpoint_utils.PathManager = PathManagerWithAtomicCopy(checkpoint_utils.PathManager)
     checkpoint_utils.load_checkpoint = resuming_from_intact_checkpoints(checkpoint_utils.load_checkpoint)
     checkpoint_utils.load_checkpoint_to_cpu = refusing_identity_overrides(checkpoint_utils.load_checkpoint_to_cpu)
+    Trainer.load_checkpoint = surfacing_checkpoint_errors(Trainer.load_checkpoint)
     # rank 0 loads the checkpoint and broadcasts it; the others unpickle it with torch.load too
     distributed_utils.torch = TorchWithSafeLoad(extra_globals=[distributed_utils._TensorPlaceholder])

@@ -63,12 +63,24 @@ def refusing_zero_tokens(eval_lm):
         else:
             args = (*args[:2], counted(args[2], count), *args[3:])
         results = eval_lm(*args, **kwargs)
-        if count[0] == 0:
+        if _total_over_workers(count[0]) == 0:  # a worker's shard may be empty while others are not
             raise NothingToEvaluateError(f"fairseq-eval-lm evaluated 0 tokens (the subset is empty): {LENGTH_OPTIONS}.")
         return results
 
     evaluate.__wrapped__ = eval_lm
     return evaluate
+
+
+def _total_over_workers(count: int) -> int:
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return count
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    total = torch.tensor([count], dtype=torch.int64, device=device)
+    dist.all_reduce(total)
+    return int(total)
 
 
 def apply():

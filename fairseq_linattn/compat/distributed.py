@@ -12,7 +12,6 @@
 """
 import ctypes
 import logging
-import multiprocessing
 import os
 import random
 import signal
@@ -55,16 +54,21 @@ def ddp_accepting_cpu_modules():
     return CpuFriendlyDistributedDataParallel
 
 
+SPAWNED_BY = "_fairseq_linattn_spawned_by"  # a kwarg for distributed_main: the PID of the spawning process
+
+
 def distributed_main_dying_with_parent(i, main, cfg, kwargs):
-    """fairseq's ``distributed_main``; in a worker that ``torch.multiprocessing.spawn`` started, first ask
-    the kernel to kill this worker when the spawning process dies (Linux ``PR_SET_PDEATHSIG``).
+    """fairseq's ``distributed_main``; in a worker that ``torch.multiprocessing.spawn`` started for
+    :func:`call_main_with_cpu_workers` (which names itself in ``kwargs``), first ask the kernel to kill this
+    worker when the spawning process dies (Linux ``PR_SET_PDEATHSIG``).
 
     Only spawned workers: a worker started by torchrun or slurm has a launcher that handles this, and one
     started by hand from a shell (``nohup fairseq-train --distributed-rank 3 ...``) must outlive the shell."""
-    parent = multiprocessing.parent_process()
-    if parent is not None and sys.platform.startswith("linux"):
+    spawned_by = kwargs.pop(SPAWNED_BY, None)
+    if spawned_by is not None and spawned_by != os.getpid() and sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent.pid:  # the parent died before the request took effect
+        if os.getppid() != spawned_by:  # the parent died before the request took effect
+            logger.error(f"worker {i}: the process that spawned it ({spawned_by}) is gone; exiting")
             os._exit(1)
     return _original_distributed_main(i, main, cfg, kwargs)
 
@@ -75,6 +79,7 @@ def call_main_with_cpu_workers(original):
     runs go as fairseq makes them. Either way a dead worker gives a message that says how to go on."""
 
     def call_main(cfg, main, **kwargs):
+        from fairseq.distributed import utils as distributed_utils
         from torch.multiprocessing import ProcessExitedException
 
         dist = cfg.distributed_training
@@ -87,7 +92,12 @@ def call_main_with_cpu_workers(original):
         _bf16_without_tpu(cfg)
         try:
             if not _spawns_cpu_workers(cfg):
+                if dist.distributed_init_method is None:
+                    distributed_utils.infer_init_method(dist)  # as fairseq's call_main does first (idempotent)
+                if dist.distributed_init_method is not None and not dist.distributed_no_spawn:
+                    kwargs[SPAWNED_BY] = os.getpid()  # fairseq spawns one worker per GPU
                 return original(cfg, main, **kwargs)
+            kwargs[SPAWNED_BY] = os.getpid()
             port = dist.distributed_port if dist.distributed_port > 0 else random.randint(10000, 20000)
             dist.distributed_init_method = f"tcp://localhost:{port}"
             kwargs["start_rank"] = dist.distributed_rank or 0

@@ -28,7 +28,6 @@ from typing import Sequence
 
 from sentencepiece import SentencePieceProcessor
 
-
 from fairseq_linattn.data import run_fairseq_preprocess
 from fairseq_linattn.data.spm import encode_lines, load_model
 

@@ -16,7 +16,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-
 from fairseq_linattn.data import run_fairseq_preprocess
 from fairseq_linattn.data.spm import (
     DEFAULT_CHARACTER_COVERAGE,

@@ -326,8 +326,8 @@ def summarize(corpus: Corpus, out_dir: Path, max_chars: int, seed: int, root: Pa
         files={s: len(corpus.files[s]) for s in SPLITS},
         lines={s: sum(1 for line in corpus.lines[s] if line) for s in SPLITS},
         chars={s: sum(len(line) + 1 for line in corpus.lines[s]) for s in SPLITS},
-        classification={s: dict(sorted(Counter(l for _, l in ex).items())) for s, ex in corpus.classification.items()},
-        pairs={s: dict(sorted(Counter(l for *_, l in ex).items())) for s, ex in corpus.pairs.items()},
+        classification={s: dict(sorted(Counter(label for _, label in ex).items())) for s, ex in corpus.classification.items()},
+        pairs={s: dict(sorted(Counter(label for *_, label in ex).items())) for s, ex in corpus.pairs.items()},
     )
 
 

@@ -14,8 +14,8 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 
+from ..attention.options import option
 from ..checkpoints import IncompatibleCheckpointError
-from .options import option
 
 Shape = Tuple[int, ...]
 
@@ -82,9 +82,17 @@ class ChecksCheckpointFit:
     :class:`IncompatibleCheckpointError` with the causes instead of torch's list of tensor names."""
 
     @classmethod
-    def identity(cls, cfg) -> Dict[str, object]:
-        """{option: value} for the options that decide how the weights are used but that no tensor shows."""
+    def attention_stack(cls):
+        """The encoder or decoder class (:class:`.layers.BuildsAttention`) whose layers get our attention."""
         raise NotImplementedError
+
+    @classmethod
+    def identity(cls, cfg) -> Dict[str, object]:
+        """{option: value} for the options that decide how the weights are used but that no tensor shows: the
+        mechanism's own (see ``MechanismOptions.identity``) and the head count."""
+        stack = cls.attention_stack()
+        heads = f"{stack.side}_attention_heads"
+        return {**stack.options_class.from_args(cfg).identity(), "--" + heads.replace("_", "-"): int(option(cfg, heads, 0))}
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         try:
@@ -111,4 +119,5 @@ def identity_differences(saved_cfg, cfg) -> List[str]:
     if saved_class is not cls:
         return [f"the checkpoint holds a {saved_class.__name__}, this is a {cls.__name__}"]
     saved, ours = cls.identity(saved_cfg), cls.identity(cfg)
-    return [f"{name}: {saved[name]!r} in the checkpoint, {ours[name]!r} here" for name in ours if saved.get(name) != ours[name]]
+    return [f"{name}: {saved[name]!r} in the checkpoint, {ours[name]!r} here"
+            for name in ours if saved.get(name) != ours[name]]

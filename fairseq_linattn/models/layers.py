@@ -1,15 +1,21 @@
-"""fairseq's transformer layers with the self-attention swapped for one of ours.
+"""fairseq's transformer layers and stacks with the self-attention built by :func:`build_attention`.
 
 fairseq builds a layer's attention inside the layer's ``__init__`` through ``build_self_attention``; the
-layers here take an attention module built by the encoder/decoder (which knows the layer index, shared
-projections and per-layer sizes) and hand it to that hook. Everything else (residuals, layer norms, FFN,
-quant-noise) is fairseq's own code.
+layers here take an attention module built by their encoder/decoder (which knows the layer index, the
+options and the modules shared across layers) and hand it to that hook. Everything else (embeddings,
+residuals, layer norms, FFN, quant-noise, activation checkpointing, FSDP wrapping) is fairseq's own code.
+
+A model family names its options class and nothing else::
+
+    class KernelTransformerEncoder(SwappedAttentionEncoder):
+        options_class = KernelOptions
 """
 from fairseq.distributed import fsdp_wrap
+from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 
-from ..attention import SelfAttention
+from ..attention import LayerShape, SelfAttention, build_attention, check_heads, option
 
 
 class _TakesPrebuiltAttention:
@@ -51,3 +57,59 @@ def wrap_layer(layer, cfg):
     # when checkpointing, FSDP always wraps the checkpointed layer, regardless of its size (as fairseq)
     min_params_to_wrap = cfg.min_params_to_wrap if not checkpoint else 0
     return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
+
+
+class BuildsAttention:
+    """For fairseq's TransformerEncoder / TransformerDecoder: read ``options_class`` once (before fairseq's
+    ``__init__`` builds the layers: its own config conversion drops plugin options under hydra), then give
+    each layer the attention :func:`build_attention` makes for its index."""
+
+    options_class = None  # a class of .attention.options (KernelOptions, LinformerOptions, ...)
+    side = None  # "encoder" or "decoder": where fairseq's config keeps the sizes
+
+    def read_attention_options(self, args):
+        side = self.side
+        self.attention_options = self.options_class.from_args(args)
+        check_heads(int(option(args, f"{side}_embed_dim")), int(option(args, f"{side}_attention_heads")), side)
+        self._shared_attention = {}
+        self._layers_built = 0
+
+    def next_attention(self, cfg, causal: bool) -> SelfAttention:
+        index, self._layers_built = self._layers_built, self._layers_built + 1
+        attn = build_attention(self.attention_options, index, LayerShape.from_cfg(cfg, self.side, causal),
+                               self._shared_attention)
+        for name, module in self._shared_attention.items():  # registered once, as this stack's own
+            if getattr(self, name, None) is not module:
+                setattr(self, name, module)
+        return attn
+
+
+class SwappedAttentionEncoder(BuildsAttention, TransformerEncoder):
+    """fairseq's TransformerEncoder with bidirectional attention of ``options_class``."""
+
+    layer_class = EncoderLayer
+    side = "encoder"
+
+    def __init__(self, args, dictionary, embed_tokens):
+        self.read_attention_options(args)
+        super().__init__(args, dictionary, embed_tokens)
+
+    def build_encoder_layer(self, cfg):
+        cfg = TransformerConfig.from_namespace(cfg)
+        attn = self.next_attention(cfg, causal=False)
+        return wrap_layer(self.layer_class(cfg, attn, return_fc=self.return_fc), cfg)
+
+
+class SwappedAttentionDecoder(BuildsAttention, TransformerDecoder):
+    """fairseq's TransformerDecoder (no encoder attention) with causal attention of ``options_class``."""
+
+    side = "decoder"
+
+    def __init__(self, args, dictionary, embed_tokens):
+        self.read_attention_options(args)
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=True)
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        cfg = TransformerConfig.from_namespace(cfg)
+        attn = self.next_attention(cfg, causal=True)
+        return wrap_layer(DecoderLayer(cfg, attn, no_encoder_attn=True), cfg)

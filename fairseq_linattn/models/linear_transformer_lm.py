@@ -9,18 +9,17 @@ from dataclasses import dataclass, field
 
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models import transformer_lm as fairseq_lm
-from fairseq.models.transformer import TransformerConfig, TransformerDecoder
 from fairseq.models.transformer_lm import DEFAULT_MAX_TARGET_POSITIONS, TransformerLanguageModel
 from fairseq.utils import safe_getattr
 
-from ..attention import KernelAttention
+from ..attention import KernelOptions
 from .checkpoint_fit import ChecksCheckpointFit
-from .layers import DecoderLayer, wrap_layer
-from .options import KernelOptions, check_heads, option
+from .layers import SwappedAttentionDecoder
 
 
 def _kernel_field(name: str):
-    return field(default=getattr(KernelOptions, name), metadata={"help": KernelOptions.HELP[name]})
+    flag = KernelOptions.FLAGS[name]
+    return field(default=flag.default, metadata={"help": flag.help})
 
 
 @dataclass
@@ -33,33 +32,10 @@ class LinearTransformerLanguageModelConfig(fairseq_lm.TransformerLanguageModelCo
     favor_seed: int = _kernel_field("favor_seed")
 
 
-class LinearTransformerDecoder(TransformerDecoder):
+class LinearTransformerDecoder(SwappedAttentionDecoder):
     """fairseq's TransformerDecoder whose self-attention is causal kernelized linear attention."""
 
-    def __init__(self, args, dictionary, embed_tokens):
-        # read before super().__init__ builds the layers (fairseq's own config conversion would drop them
-        # under fairseq-hydra-train; see models/options.py)
-        self.kernel = KernelOptions.from_args(args)
-        check_heads(int(option(args, "decoder_embed_dim")), int(option(args, "decoder_attention_heads")), "decoder")
-        self._layers_built = 0
-        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=True)
-
-    def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        cfg = TransformerConfig.from_namespace(cfg)
-        heads, index = cfg.decoder.attention_heads, self._layers_built
-        self._layers_built += 1
-        attn = KernelAttention(
-            cfg.decoder.embed_dim,
-            heads,
-            feature_map=self.kernel.feature_map,
-            causal=True,
-            chunk_size=int(self.kernel.chunk_size),
-            dropout=cfg.attention_dropout,
-            q_noise=cfg.quant_noise.pq,
-            qn_block_size=cfg.quant_noise.pq_block_size,
-            **self.kernel.feature_map_options(cfg.decoder.embed_dim // heads, index),
-        )
-        return wrap_layer(DecoderLayer(cfg, attn, no_encoder_attn=True), cfg)
+    options_class = KernelOptions
 
     def extract_features(self, prev_output_tokens, *args, **kwargs):
         if prev_output_tokens.size(1) == 0:  # nothing to attend to; fairseq's sinusoidal positions cannot reshape 0 tokens
@@ -76,9 +52,8 @@ class LinearTransformerDecoder(TransformerDecoder):
 @register_model("linear_transformer_lm", dataclass=LinearTransformerLanguageModelConfig)
 class LinearTransformerLanguageModel(ChecksCheckpointFit, TransformerLanguageModel):
     @classmethod
-    def identity(cls, cfg):
-        return {"--feature-map": KernelOptions.from_args(cfg).feature_map,
-                "--decoder-attention-heads": int(option(cfg, "decoder_attention_heads", 0))}
+    def attention_stack(cls):
+        return LinearTransformerDecoder
 
     @classmethod
     def build_model(cls, args, task):

@@ -2,14 +2,16 @@
 
 fairseq's ``RobertaModel.build_model`` names ``RobertaEncoder`` and ``RobertaEncoder.build_encoder`` names
 ``TransformerEncoder``; these subclasses make both choices class attributes, so a model only says which
-sentence encoder (i.e. which attention) it uses.
+sentence encoder (i.e. which attention) it uses, and :func:`register_roberta_archs` gives it RoBERTa's sizes.
 """
+from fairseq.models import register_model_architecture
 from fairseq.models.roberta import RobertaEncoder, RobertaModel, init_bert_params
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
+from fairseq.models.roberta.model import roberta_large_architecture
 from omegaconf import OmegaConf
 
+from ..attention import option
 from .checkpoint_fit import ChecksCheckpointFit
-from .options import option
 
 
 class SwappedAttentionRobertaEncoder(RobertaEncoder):
@@ -25,10 +27,24 @@ class SwappedAttentionRobertaModel(ChecksCheckpointFit, RobertaModel):
     encoder_class = None  # a SwappedAttentionRobertaEncoder subclass
 
     @classmethod
+    def attention_stack(cls):
+        return cls.encoder_class.sentence_encoder_class
+
+    @classmethod
+    def add_args(cls, parser):
+        RobertaModel.add_args(parser)
+        cls.add_attention_args(parser)
+
+    @classmethod
+    def add_attention_args(cls, parser):
+        cls.attention_stack().options_class.add_args(parser, causal=False)
+
+    @classmethod
     def build_model(cls, args, task):
         # RobertaModel.build_model, with our encoder class
         if OmegaConf.is_config(args):
             OmegaConf.set_struct(args, False)
+        cls.attention_stack().options_class.set_defaults(args)  # also for configs that name no arch
         roberta_base_architecture(args)
         if option(args, "max_positions") is None:
             if option(args, "tokens_per_sample") is None:
@@ -45,3 +61,19 @@ class SwappedAttentionRobertaModel(ChecksCheckpointFit, RobertaModel):
         """fairseq's hub loader; the default tokenizer is sentencepiece (``sentencepiece.bpe.model`` beside the
         checkpoint is picked up by fairseq, or pass ``sentencepiece_model=``), since GPT-2 BPE needs a download."""
         return super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, bpe=bpe, **kwargs)
+
+
+def register_roberta_archs(model_name: str, options_class):
+    """``<model_name>`` and ``<model_name>_base`` (RoBERTa base's sizes), ``<model_name>_large`` (large's), each
+    with the attention options' defaults."""
+
+    def base(args):
+        options_class.set_defaults(args)
+        roberta_base_architecture(args)
+
+    def large(args):
+        options_class.set_defaults(args)
+        roberta_large_architecture(args)
+
+    for name, arch in ((model_name, base), (f"{model_name}_base", base), (f"{model_name}_large", large)):
+        register_model_architecture(model_name, name)(arch)

@@ -3,9 +3,9 @@ import pytest
 import torch
 from fairseq.modules import MultiheadAttention
 
-from fairseq_linattn.attention import LinformerAttention, PROJECTIONS, build_projection
+from fairseq_linattn.attention import PROJECTIONS, LinformerAttention, build_projection
 from fairseq_linattn.attention.linformer import right_align
-from fairseq_linattn.attention.softmax import softmax_attention, softmax_attention_reference
+from tests.reference import assert_matches_reference, rel_diff
 
 C, H, N = 32, 4, 64
 
@@ -14,10 +14,6 @@ def make_attention(kind="learned", k=16, shared_kv=False, dropout=0.0, max_posit
     compress_k = build_projection(kind, max_positions, k, C)
     compress_v = None if shared_kv else build_projection(kind, max_positions, k, C)
     return LinformerAttention(C, H, compress_k, compress_v, dropout=dropout).eval()
-
-
-def rel_diff(a, b):
-    return ((a - b).norm() / b.norm()).item()
 
 
 @pytest.mark.parametrize("kind", sorted(PROJECTIONS))
@@ -69,7 +65,7 @@ def test_padding_is_exact(kind, side):
         mask[0, :pads] = True
         rows = slice(pads, 64)
     out, _ = attn(padded, padded, padded, key_padding_mask=mask)
-    assert rel_diff(out[rows], alone) < 1e-5
+    assert_matches_reference(out[rows], alone, 1e-5)
 
 
 def test_padding_without_masking_would_leak():
@@ -94,7 +90,7 @@ def test_batch_with_mixed_lengths_matches_each_sequence_alone():
     out, _ = attn(batch, batch, batch, key_padding_mask=mask)
     for i, s in enumerate(seqs):
         alone, _ = attn(s, s, s)
-        assert rel_diff(out[: len(s), i : i + 1], alone) < 1e-5
+        assert_matches_reference(out[: len(s), i : i + 1], alone, 1e-5)
 
 
 def test_right_align_moves_left_padding_to_the_end():
@@ -123,41 +119,6 @@ def test_too_long_input_names_the_limit_and_flag(kind):
         attn(x, x, x)
 
 
-def test_pooling_projections_compute_window_statistics():
-    x = torch.randn(10, 2, C)  # window 4 -> windows [0:4], [4:8], [8:10]
-    mask = torch.zeros(2, 10, dtype=torch.bool)
-    mask[1, 6:] = True
-    mean = build_projection("mean", N, 16, C)
-    maxp = build_projection("max", N, 16, C)
-    xm = x.masked_fill(mask.t().unsqueeze(-1), 0.0)
-    y_mean, empty = mean(xm, mask)
-    y_max, empty_max = maxp(xm, mask)
-    torch.testing.assert_close(y_mean[2, 0], x[8:10, 0].mean(0))
-    torch.testing.assert_close(y_mean[1, 1], x[4:6, 1].mean(0))
-    torch.testing.assert_close(y_max[1, 1], x[4:6, 1].max(0).values)
-    torch.testing.assert_close(y_max[0, 0], x[0:4, 0].max(0).values)
-    assert empty.tolist() == [[False, False, False], [False, False, True]]
-    assert torch.equal(empty, empty_max)
-
-
-def test_conv_projection_is_a_depthwise_window_sum():
-    conv = build_projection("conv", N, 16, C)
-    x = torch.randn(8, 1, C)
-    y, _ = conv(x, None)
-    expected = (x[4:8, 0].t() * conv.weight[:, 0]).sum(-1)
-    torch.testing.assert_close(y[1, 0], expected, rtol=1e-5, atol=1e-6)
-
-
-def test_pooling_needs_k_to_divide_n():
-    with pytest.raises(ValueError, match="divide"):
-        build_projection("mean", 64, 24, C)
-
-
-def test_unknown_projection():
-    with pytest.raises(ValueError, match="--compress-projection"):
-        build_projection("fourier", 64, 16, C)
-
-
 def test_attention_dropout_is_applied_in_training_only():
     attn = make_attention("learned", dropout=0.5)
     x = torch.randn(20, 2, C)
@@ -184,15 +145,6 @@ def test_half_precision_inputs(dtype):
     tol = 2e-2 if dtype == torch.float16 else 8e-2
     assert rel_diff(out.float()[:, 0], ref[:, 0]) < tol
     assert rel_diff(out.float()[:30, 1], ref[:30, 1]) < tol
-
-
-def test_fused_softmax_path_matches_reference():
-    q, k, v = (torch.randn(2, 4, 30, 8) for _ in range(3))
-    mask = torch.zeros(2, 30, dtype=torch.bool)
-    mask[0, 20:] = True
-    fused, _ = softmax_attention(q, k, v, key_padding_mask=mask, need_weights=False)
-    ref, _ = softmax_attention_reference(q, k, v, key_padding_mask=mask)
-    torch.testing.assert_close(fused, ref, rtol=1e-5, atol=1e-6)
 
 
 def test_causal_mask_and_incremental_state_are_refused():

@@ -41,20 +41,23 @@ def _build_glue_dir(root: Path, corpus) -> dict[str, dict[str, list]]:
             _write_tsv(root / "RTE" / "test.tsv", [[str(i), a, b] for i, (a, b, _) in enumerate(pair)],
                        ["index", "sentence1", "sentence2"])
             _write_tsv(root / "STS-B" / "test.tsv",
-                       [[str(i), "main-docs", "stdlib", "2024", str(i), "none", "none", a, b] for i, (a, b, _) in enumerate(pair)],
+                       [[str(i), "main-docs", "stdlib", "2024", str(i), "none", "none", a, b]
+                        for i, (a, b, _) in enumerate(pair)],
                        ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2"])
             written[split] = {"single": single, "pair": pair}
             continue
         _write_tsv(root / "SST-2" / f"{split}.tsv", [[s, label] for s, label in single], ["sentence", "label"])
         _write_tsv(root / "CoLA" / f"{split}.tsv", [["stdlib", label, "", s] for s, label in single], None)
         rte_labels = {"1": "entailment", "0": "not_entailment"}
-        _write_tsv(root / "RTE" / f"{split}.tsv", [[str(i), a, b, rte_labels[l]] for i, (a, b, l) in enumerate(pair)],
+        _write_tsv(root / "RTE" / f"{split}.tsv",
+                   [[str(i), a, b, rte_labels[label]] for i, (a, b, label) in enumerate(pair)],
                    ["index", "sentence1", "sentence2", "label"])
         scores = [_word_overlap_score(a, b) for a, b, _ in pair]
         _write_tsv(root / "STS-B" / f"{split}.tsv",
                    [[str(i), "main-docs", "stdlib", "2024", str(i), "none", "none", a, b, score]
                     for i, ((a, b, _), score) in enumerate(zip(pair, scores))],
-                   ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2", "score"])
+                   ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1", "sentence2",
+                    "score"])
         written[split] = {"single": single, "pair": pair, "scores": scores}
     return written
 

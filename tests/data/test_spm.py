@@ -5,8 +5,7 @@ from pathlib import Path
 import pytest
 import sentencepiece
 
-from fairseq_linattn.data import find_fairseq_preprocess
-from fairseq_linattn.data import spm
+from fairseq_linattn.data import find_fairseq_preprocess, spm
 
 
 def _hub_bpe(model: Path):

@@ -1,7 +1,10 @@
 """Run the real fairseq command lines (the console scripts next to this interpreter) in a subprocess."""
 import os
+import re
 import subprocess
 import sys
+
+import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 USER_DIR = os.path.join(ROOT, "fairseq_linattn")
@@ -23,3 +26,62 @@ def run(command, *args, cwd=None, env=None, check=True, timeout=600):
 
 def python(*args, **kwargs):
     return run(os.path.basename(sys.executable), *args, **kwargs)
+
+
+# tiny models and the options every test run shares
+TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
+        "--encoder-attention-heads", "4", "--max-positions", "64"]
+DECODER = ["--decoder-layers", "2", "--decoder-embed-dim", "64", "--decoder-ffn-embed-dim", "128",
+           "--decoder-attention-heads", "4"]
+COMMON = ["--cpu", "--num-workers", "0", "--log-format", "simple", "--log-interval", "1", "--seed", "1"]
+MASKED_LM = ["--task", "masked_lm", "--criterion", "masked_lm", *TINY, "--tokens-per-sample", "64"]
+LANGUAGE_MODEL = ["--task", "language_modeling", *DECODER, "--tokens-per-sample", "64", "--sample-break-mode", "none"]
+
+# the model kinds the reliability tests train, in their smallest size
+MODELS = {
+    "linformer": [*MASKED_LM, "--arch", "linformer_roberta_base", "--compressed", "4"],
+    "linformer-layerwise": [*MASKED_LM, "--arch", "linformer_roberta_base", "--compressed", "4",
+                            "--shared-layer-kv-compressed", "1"],
+    "linear_roberta": [*MASKED_LM, "--arch", "linear_roberta_base"],
+    "lm-elu": [*LANGUAGE_MODEL, "--arch", "linear_transformer_lm"],
+    # redraws every 5 updates (in test_resume: after the kill too)
+    "lm-favor": [*LANGUAGE_MODEL, "--arch", "linear_transformer_lm", "--feature-map", "favor",
+                 "--favor-redraw-interval", "5"],
+}
+
+
+def valid_loss(log):
+    found = re.findall(r"valid on 'valid' subset \| loss ([0-9.]+)", log)
+    assert found, log[-3000:]
+    return float(found[-1])
+
+
+def losses(log):
+    """{update: loss} from fairseq's per-update lines (--log-interval 1)."""
+    return {int(n): loss for loss, n in re.findall(r"train_inner \| .*? loss=([0-9.]+), .*?num_updates=(\d+)", log)}
+
+
+def final_state(save_dir):
+    return torch.load(save_dir / "checkpoint_last.pt", weights_only=False)["model"]
+
+
+def assert_same_tensors(a, b):
+    assert a.keys() == b.keys()
+    different = [key for key in a if not torch.equal(a[key], b[key])]
+    assert not different, different
+
+
+def pretrain(data, save_dir, *extra, updates=6, user_dir=USER_DIR, arch="linformer_roberta_base"):
+    """Masked-LM pretraining of a tiny RoBERTa-style model."""
+    return run("fairseq-train", data, "--user-dir", user_dir, "--task", "masked_lm", "--criterion", "masked_lm",
+               "--arch", arch, *TINY, "--tokens-per-sample", "64", "--sample-break-mode", "complete",
+               "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-3", "--max-update", str(updates),
+               "--save-dir", save_dir, "--no-epoch-checkpoints", *COMMON, *extra)
+
+
+def train_lm(data, save_dir, *extra, arch="linear_transformer_lm", updates=6):
+    """Language-model training of a tiny decoder."""
+    return run("fairseq-train", data, "--user-dir", USER_DIR, "--task", "language_modeling", "--arch", arch,
+               *DECODER, "--tokens-per-sample", "64", "--sample-break-mode", "none", "--batch-size", "8",
+               "--optimizer", "adam", "--lr", "1e-3", "--max-update", str(updates), "--save-dir", save_dir,
+               "--no-epoch-checkpoints", *COMMON, *extra)

@@ -6,13 +6,10 @@ import re
 
 import pytest
 
-from .cli import USER_DIR, run
-from .test_linear_lm_cli import DECODER
-from .test_linformer_cli import COMMON, TINY
+from .cli import COMMON, LANGUAGE_MODEL, MASKED_LM, USER_DIR, run
 
-LM = ["--task", "language_modeling", "--arch", "linear_transformer_lm", *DECODER, "--tokens-per-sample", "64",
-      "--sample-break-mode", "none"]
-MLM = ["--task", "masked_lm", "--criterion", "masked_lm", *TINY, "--tokens-per-sample", "64"]
+LM = [*LANGUAGE_MODEL, "--arch", "linear_transformer_lm"]
+MLM = MASKED_LM
 
 
 def train(data, save_dir, *args, updates=4, check=True):
@@ -80,6 +77,8 @@ def test_checkpoints_that_do_not_fit_name_the_cause(mlm_data, lm_checkpoint, lin
     # restoring into other options
     log = train(mlm_data, tmp_path / "favor", *LM, "--feature-map", "favor", "--restore-file", checkpoint, check=False)
     assert "--feature-map: 'elu' in the checkpoint, 'favor' here" in log and "train_inner" not in log
+    # the cause is the error fairseq-train ends with, not fairseq's "please ensure that the architectures match"
+    assert log.strip().splitlines()[-1].startswith("fairseq_linattn.checkpoints.errors.IncompatibleCheckpointError")
     log = train(mlm_data, tmp_path / "k", *MLM, "--arch", "linformer_roberta_base", "--max-positions", "32",
                 "--tokens-per-sample", "32", "--restore-file", linformer_checkpoint / "checkpoint_last.pt", check=False)
     assert "--max-positions: 64 in the checkpoint, 32 here; k per layer (--compressed / --compressed-length): " \
@@ -102,9 +101,18 @@ def test_a_missing_restore_file_is_an_error_and_nothing_is_overwritten(mlm_data,
     overwrote the save dir's checkpoints."""
     before = {p.name: p.stat().st_mtime_ns for p in lm_checkpoint.iterdir()}
     log = train(mlm_data, lm_checkpoint, *LM, "--restore-file", "checkpoint_1_2.pt", updates=6, check=False)
-    assert (f"--restore-file checkpoint_1_2.pt does not exist (relative names are resolved against the working "
-            f"directory") in log and f"pass --restore-file {lm_checkpoint}/checkpoint_1_2.pt" in log
+    assert ("--restore-file checkpoint_1_2.pt does not exist (relative names are resolved against the working "
+            "directory") in log and f"pass --restore-file {lm_checkpoint}/checkpoint_1_2.pt" in log
     assert {p.name: p.stat().st_mtime_ns for p in lm_checkpoint.iterdir()} == before
+
+
+def test_restore_file_naming_the_save_dirs_checkpoint_last_is_a_resume(mlm_data, tmp_path):
+    """The requeue idiom --restore-file $SAVE/checkpoint_last.pt: the first launch starts from scratch (the file
+    does not exist yet), the next one resumes."""
+    save = tmp_path / "ckpt"
+    args = [*LM, "--restore-file", save / "checkpoint_last.pt"]
+    assert "No existing checkpoint found" in train(mlm_data, save, *args, updates=2)
+    assert "Loaded checkpoint" in train(mlm_data, save, *args, updates=3)
 
 
 def test_evaluating_zero_tokens_is_an_error(mlm_data, lm_checkpoint, tmp_path):

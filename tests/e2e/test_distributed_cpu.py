@@ -8,10 +8,10 @@ import sys
 import pytest
 import torch
 
-from .cli import USER_DIR, run
+from tests.models.builders import SMALL_DECODER, SMALL_ENCODER, build
+
+from .cli import COMMON, MODELS, TINY, USER_DIR, assert_same_tensors, final_state, losses, run
 from .processes import Background, alive, spawned_workers, wait_gone
-from .test_linformer_cli import COMMON, TINY
-from .test_resume import MODELS, assert_same_tensors, final_state, losses
 
 FAIRSEQ_TRAIN = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
 GLOO = ["--distributed-backend", "gloo"]
@@ -132,10 +132,6 @@ def test_fsdp_wraps_our_layers_one_by_one_as_fairseq_wraps_its_own(ours, checkpo
     inside fairscale's enable_wrap, every layer goes through fairseq's fsdp_wrap, the same layers as in
     fairseq's own roberta / transformer_lm (a recording wrapper stands in for FullyShardedDataParallel)."""
     from fairscale.nn import enable_wrap
-
-    sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
-    from models.builders import SMALL_ENCODER, build
-    from models.test_linear_models import SMALL_DECODER
 
     class Recorded(torch.nn.Module):
         def __init__(self, module, **kwargs):

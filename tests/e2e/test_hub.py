@@ -6,8 +6,7 @@ import torch
 
 from fairseq_linattn.models.linformer_roberta import LinformerRobertaModel
 
-from .cli import USER_DIR, run
-from .test_linformer_cli import COMMON, TINY
+from .cli import COMMON, TINY, USER_DIR, run
 
 
 @pytest.fixture(scope="module")

@@ -5,18 +5,7 @@ import shutil
 
 import pytest
 
-from .cli import USER_DIR, run
-from .test_linformer_cli import COMMON
-
-DECODER = ["--decoder-layers", "2", "--decoder-embed-dim", "64", "--decoder-ffn-embed-dim", "128",
-           "--decoder-attention-heads", "4"]
-
-
-def train_lm(data, save_dir, *extra, arch="linear_transformer_lm", updates=6):
-    return run("fairseq-train", data, "--user-dir", USER_DIR, "--task", "language_modeling", "--arch", arch,
-               *DECODER, "--tokens-per-sample", "64", "--sample-break-mode", "none", "--batch-size", "8",
-               "--optimizer", "adam", "--lr", "1e-3", "--max-update", str(updates), "--save-dir", save_dir,
-               "--no-epoch-checkpoints", *COMMON, *extra)
+from .cli import COMMON, USER_DIR, run, train_lm
 
 
 @pytest.fixture(scope="module")

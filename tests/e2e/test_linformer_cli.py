@@ -6,24 +6,7 @@ import re
 import pytest
 import torch
 
-from .cli import ROOT, USER_DIR, python, run
-
-TINY = ["--encoder-layers", "2", "--encoder-embed-dim", "64", "--encoder-ffn-embed-dim", "128",
-        "--encoder-attention-heads", "4", "--max-positions", "64"]
-COMMON = ["--cpu", "--num-workers", "0", "--log-format", "simple", "--log-interval", "1", "--seed", "1"]
-
-
-def valid_loss(log):
-    found = re.findall(r"valid on 'valid' subset \| loss ([0-9.]+)", log)
-    assert found, log[-3000:]
-    return float(found[-1])
-
-
-def pretrain(data, save_dir, *extra, updates=6, user_dir=USER_DIR, arch="linformer_roberta_base"):
-    return run("fairseq-train", data, "--user-dir", user_dir, "--task", "masked_lm", "--criterion", "masked_lm",
-               "--arch", arch, *TINY, "--tokens-per-sample", "64", "--sample-break-mode", "complete",
-               "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-3", "--max-update", str(updates),
-               "--save-dir", save_dir, "--no-epoch-checkpoints", *COMMON, *extra)
+from .cli import COMMON, ROOT, TINY, USER_DIR, pretrain, python, run, valid_loss
 
 
 @pytest.fixture(scope="module")

@@ -6,47 +6,17 @@ import re
 import time
 
 import pytest
-import torch
 
-from .cli import USER_DIR, run
+from .cli import COMMON, MODELS, USER_DIR, assert_same_tensors, final_state, losses, run
 from .processes import Background
-from .test_linear_lm_cli import DECODER
-from .test_linformer_cli import COMMON, TINY
 
 UPDATES, SAVE_EVERY = 16, 4
-MASKED_LM = ["--task", "masked_lm", "--criterion", "masked_lm", *TINY, "--tokens-per-sample", "64"]
-LANGUAGE_MODEL = ["--task", "language_modeling", *DECODER, "--tokens-per-sample", "64", "--sample-break-mode", "none"]
-MODELS = {
-    "linformer": [*MASKED_LM, "--arch", "linformer_roberta_base", "--compressed", "4"],
-    "linformer-layerwise": [*MASKED_LM, "--arch", "linformer_roberta_base", "--compressed", "4",
-                            "--shared-layer-kv-compressed", "1"],
-    "linear_roberta": [*MASKED_LM, "--arch", "linear_roberta_base"],
-    "lm-elu": [*LANGUAGE_MODEL, "--arch", "linear_transformer_lm"],
-    # redraws at updates 5, 10 and 15: after the kill (at 8 or later) too
-    "lm-favor": [*LANGUAGE_MODEL, "--arch", "linear_transformer_lm", "--feature-map", "favor",
-                 "--favor-redraw-interval", "5"],
-}
 
 
 def train_args(data, model, save_dir, updates=UPDATES, *extra):
     return [data, "--user-dir", USER_DIR, *MODELS[model], "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-3",
             "--max-update", str(updates), "--save-interval-updates", str(SAVE_EVERY), "--no-epoch-checkpoints",
             "--save-dir", save_dir, *COMMON, *extra]
-
-
-def losses(log):
-    """{update: loss} from fairseq's per-update lines (--log-interval 1)."""
-    return {int(n): loss for loss, n in re.findall(r"train_inner \| .*? loss=([0-9.]+), .*?num_updates=(\d+)", log)}
-
-
-def final_state(save_dir):
-    return torch.load(save_dir / "checkpoint_last.pt", weights_only=False)["model"]
-
-
-def assert_same_tensors(a, b):
-    assert a.keys() == b.keys()
-    different = [key for key in a if not torch.equal(a[key], b[key])]
-    assert not different, different
 
 
 @pytest.fixture(scope="module")

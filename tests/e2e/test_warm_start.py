@@ -8,10 +8,9 @@ from fairseq import checkpoint_utils
 
 from fairseq_linattn.convert import convert, target_model_args, warm_start
 from fairseq_linattn.models.linformer_roberta import LinformerRobertaModel
+from tests.models.builders import SMALL_ENCODER, build
 
-from models.builders import SMALL_ENCODER, build  # tests/ is on sys.path (pytest rootdir insertion)
-from .cli import ROOT, USER_DIR, python, run
-from .test_linformer_cli import pretrain, valid_loss
+from .cli import ROOT, USER_DIR, pretrain, python, run, valid_loss
 
 LINFORMER_FLAGS = ["--compressed", "4"]
 

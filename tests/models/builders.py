@@ -24,3 +24,6 @@ SMALL_ENCODER = dict(
     dropout=0.0,
     attention_dropout=0.0,
 )
+
+SMALL_DECODER = dict(decoder_layers=3, decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_attention_heads=4,
+                     tokens_per_sample=64, dropout=0.0)

@@ -7,30 +7,34 @@ from fairseq_linattn.attention import KernelAttention
 from fairseq_linattn.checkpoints import IncompatibleCheckpointError
 from fairseq_linattn.models.checkpoint_fit import explain_misfit, identity_differences
 
-from .builders import SMALL_ENCODER, FakeTask, build
-from .test_linear_models import SMALL_DECODER
+from .builders import SMALL_DECODER, SMALL_ENCODER, FakeTask, build
 
 BAD_OPTIONS = [
     ("linear_transformer_lm", dict(chunk_size=0), "--chunk-size must be >= 1"),
     ("linear_transformer_lm", dict(chunk_size=-3), "--chunk-size must be >= 1"),
     ("linear_transformer_lm", dict(feature_map="softmax"), "--feature-map 'softmax' is not a feature map"),
     ("linear_transformer_lm", dict(feature_map="favor", favor_features=-1), "--favor-features must be >= 0"),
-    ("linear_transformer_lm", dict(feature_map="favor", favor_redraw_interval=-1), "--favor-redraw-interval must be >= 0"),
-    ("linear_transformer_lm", dict(decoder_attention_heads=5), "--decoder-attention-heads 5 must divide --decoder-embed-dim 32"),
+    ("linear_transformer_lm", dict(feature_map="favor", favor_redraw_interval=-1),
+     "--favor-redraw-interval must be >= 0"),
+    ("linear_transformer_lm", dict(decoder_attention_heads=5),
+     "--decoder-attention-heads 5 must divide --decoder-embed-dim 32"),
     ("linear_roberta_base", dict(encoder_attention_heads=3), "--encoder-attention-heads 3 must divide --encoder-embed-dim 32"),
     ("linear_roberta_base", dict(favor_features=-1, feature_map="favor"), "--favor-features must be >= 0"),
     ("linformer_roberta_base", dict(compressed=0), "--compressed is n/k and must be in \\[1, --max-positions 64\\]"),
     ("linformer_roberta_base", dict(compressed=-2), "--compressed is n/k and must be in"),
     ("linformer_roberta_base", dict(compressed=100), "--compressed is n/k and must be in"),
-    ("linformer_roberta_base", dict(compressed_length="0"), "--compressed-length \\(k\\) must be in \\[1, --max-positions 64\\]"),
+    ("linformer_roberta_base", dict(compressed_length="0"),
+     "--compressed-length \\(k\\) must be in \\[1, --max-positions 64\\]"),
     ("linformer_roberta_base", dict(compressed=3, compress_projection="conv"), "k must divide --max-positions 64"),
-    ("linformer_roberta_base", dict(compressed=5, compress_projection="mean"), "Pick --compressed among \\[1, 2, 4, 8, 16, 32, 64\\]"),
+    ("linformer_roberta_base", dict(compressed=5, compress_projection="mean"),
+     "Pick --compressed among \\[1, 2, 4, 8, 16, 32, 64\\]"),
     ("linformer_roberta_base", dict(compress_projection="median"), "--compress-projection 'median' is unknown"),
     ("linformer_roberta_base", dict(encoder_attention_heads=5), "--encoder-attention-heads 5 must divide"),
 ]
 
 
-@pytest.mark.parametrize("arch, bad, message", BAD_OPTIONS, ids=[f"{a}-{'-'.join(map(str, b.values()))}" for a, b, _ in BAD_OPTIONS])
+@pytest.mark.parametrize("arch, bad, message", BAD_OPTIONS,
+                         ids=[f"{a}-{'-'.join(map(str, b.values()))}" for a, b, _ in BAD_OPTIONS])
 def test_bad_options_are_refused_when_the_model_is_built(arch, bad, message):
     base = SMALL_DECODER if arch.startswith("linear_transformer") else SMALL_ENCODER
     with pytest.raises(ValueError, match=message):

@@ -3,10 +3,7 @@ import torch
 
 from fairseq_linattn.attention import KernelAttention
 
-from .builders import SMALL_ENCODER, FakeTask, build
-
-SMALL_DECODER = dict(decoder_layers=3, decoder_embed_dim=32, decoder_ffn_embed_dim=64, decoder_attention_heads=4,
-                     tokens_per_sample=64, dropout=0.0)
+from .builders import SMALL_DECODER, SMALL_ENCODER, build
 
 
 def kernel_attentions(model):

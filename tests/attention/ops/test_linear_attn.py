@@ -3,14 +3,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fairseq_linattn.attention import causal
-from fairseq_linattn.attention.causal import (
+from fairseq_linattn.attention.ops.linear_attn import (
     causal_linear_attention,
     causal_linear_attention_reference,
+    chunk,
     linear_attention,
     linear_attention_reference,
     recurrent_linear_attention_step,
 )
+from tests.reference import assert_matches_reference, rel_diff
 
 
 def features(*shape, dtype=torch.float32, generator=None):
@@ -30,15 +31,12 @@ def state_of(k, v):
     return torch.einsum("bhtm,bhtd->bhmd", k.double(), F.pad(v.double(), (0, 1), value=1.0)).float()
 
 
-def rel_diff(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
-
-@pytest.fixture(params=[16, causal.ROWS_PER_BLOCK_PER_THREAD], ids=["small-blocks", "default-blocks"])
+@pytest.fixture(params=[16, chunk.ROWS_PER_BLOCK_PER_THREAD], ids=["small-blocks", "default-blocks"])
 def rows_per_block(request, monkeypatch):
     """Small blocks send every length through the multi-block path (states carried between blocks, runs of
     chunks inside one sequence); the default puts short sequences of several heads in one block."""
-    monkeypatch.setattr(causal, "ROWS_PER_BLOCK_PER_THREAD", request.param)
+    monkeypatch.setattr(chunk, "ROWS_PER_BLOCK_PER_THREAD", request.param)
     return request.param
 
 
@@ -51,12 +49,12 @@ def test_chunked_matches_reference(length, chunk_size, rows_per_block):
     out = causal_linear_attention(q, k, v, chunk_size=chunk_size)
     ref = causal_linear_attention_reference(q, k, v)
     assert out.shape == ref.shape == v.shape
-    assert rel_diff(out, ref) < 1e-12
+    assert_matches_reference(out, ref, 1e-12)
     grad = torch.randn_like(out)
     ours = torch.autograd.grad(out, (q, k, v), grad)
     theirs = torch.autograd.grad(ref, (q, k, v), grad)
     for name, a, b in zip("qkv", ours, theirs):
-        assert rel_diff(a, b) < 1e-8, name
+        assert_matches_reference(a, b, 1e-8, name)
 
 
 @pytest.mark.parametrize("length", [63, 200])
@@ -64,12 +62,12 @@ def test_chunked_matches_reference_float32(length):
     q, k, v = make_qkv(length=length, requires_grad=True)
     out = causal_linear_attention(q, k, v, chunk_size=16)
     ref = causal_linear_attention_reference(q, k, v)
-    assert rel_diff(out, ref) < 1e-5
+    assert_matches_reference(out, ref, 1e-5)
     grad = torch.randn_like(out)
     ours = torch.autograd.grad(out, (q, k, v), grad)
     theirs = torch.autograd.grad(ref, (q, k, v), grad)
     for name, a, b in zip("qkv", ours, theirs):
-        assert rel_diff(a, b) < 1e-5, name
+        assert_matches_reference(a, b, 1e-5, name)
 
 
 def test_initial_state_continues_a_prefix(rows_per_block):
@@ -82,13 +80,13 @@ def test_initial_state_continues_a_prefix(rows_per_block):
         q[:, :, cut:], k[:, :, cut:], v[:, :, cut:], chunk_size=16, initial_state=state, return_state=True
     )
     ref = causal_linear_attention_reference(q, k, v)[:, :, cut:]
-    assert rel_diff(out, ref) < 1e-5
-    assert rel_diff(final, state_of(k, v)) < 1e-5
+    assert_matches_reference(out, ref, 1e-5)
+    assert_matches_reference(final, state_of(k, v), 1e-5)
     grad = torch.randn_like(out)
     ours = torch.autograd.grad(out, (q, k, v), grad)
     theirs = torch.autograd.grad(ref, (q, k, v), grad)
     for name, a, b in zip("qkv", ours, theirs):
-        assert rel_diff(a, b) < 1e-5, name
+        assert_matches_reference(a, b, 1e-5, name)
 
 
 def test_two_chained_calls_equal_one(rows_per_block):
@@ -97,14 +95,14 @@ def test_two_chained_calls_equal_one(rows_per_block):
     head, tail = (x[:, :, :77] for x in (q, k, v)), (x[:, :, 77:] for x in (q, k, v))
     first, state = causal_linear_attention(*head, chunk_size=32, return_state=True)
     second, final = causal_linear_attention(*tail, chunk_size=32, initial_state=state, return_state=True)
-    assert rel_diff(torch.cat([first, second], 2), whole) < 1e-6
-    assert rel_diff(final, whole_state) < 1e-6
+    assert_matches_reference(torch.cat([first, second], 2), whole, 1e-6)
+    assert_matches_reference(final, whole_state, 1e-6)
 
 
 @pytest.mark.parametrize("length,chunk_size,rows", [(7, 3, 6), (9, 4, 512), (5, 8, 512)])
 def test_gradcheck_float64(length, chunk_size, rows, monkeypatch):
     """The hand-written backward, including the gradients of the initial state and of the final state."""
-    monkeypatch.setattr(causal, "ROWS_PER_BLOCK_PER_THREAD", rows)
+    monkeypatch.setattr(chunk, "ROWS_PER_BLOCK_PER_THREAD", rows)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
     q, k, v = make_qkv(batch=1, heads=2, length=length, m=3, d=2, dtype=torch.float64, requires_grad=True)
     state = torch.rand(1, 2, 3, 3, dtype=torch.float64, requires_grad=True)
@@ -125,24 +123,24 @@ def test_recurrent_steps_equal_parallel():
         out, state = recurrent_linear_attention_step(*token, state)
         outs.append(out)
     assert (torch.cat(outs, 2) - parallel).abs().max() < 1e-5
-    assert rel_diff(state, state_of(k, v)) < 1e-5
+    assert_matches_reference(state, state_of(k, v), 1e-5)
 
 
 def test_recurrent_step_of_several_tokens():
     q, k, v = make_qkv(length=12)
     state = state_of(k[:, :, :5], v[:, :, :5])
     out, new_state = recurrent_linear_attention_step(q[:, :, 5:], k[:, :, 5:], v[:, :, 5:], state)
-    assert rel_diff(out, causal_linear_attention_reference(q, k, v)[:, :, 5:]) < 1e-5
-    assert rel_diff(new_state, state_of(k, v)) < 1e-5
+    assert_matches_reference(out, causal_linear_attention_reference(q, k, v)[:, :, 5:], 1e-5)
+    assert_matches_reference(new_state, state_of(k, v), 1e-5)
 
 
 def test_non_causal_matches_reference():
     q, k, v = make_qkv(length=33, requires_grad=True)
     out, ref = linear_attention(q, k, v), linear_attention_reference(q, k, v)
-    assert rel_diff(out, ref) < 1e-5
+    assert_matches_reference(out, ref, 1e-5)
     grad = torch.randn_like(out)
     for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
-        assert rel_diff(a, b) < 1e-5
+        assert_matches_reference(a, b, 1e-5)
 
 
 # Half precision. The ops compute in fp32 and round only their result (autograd: the gradients) to the input
@@ -179,7 +177,7 @@ def test_fp16_normaliser_does_not_overflow():
     q, k, v = q.half(), k.half(), v.half()
     out = causal_linear_attention(q, k, v)
     assert torch.isfinite(out).all()
-    assert rel_diff(out, causal_linear_attention_reference(q.float(), k.float(), v.float())) < 1e-3
+    assert_matches_reference(out, causal_linear_attention_reference(q.float(), k.float(), v.float()), 1e-3)
 
 
 def test_shape_errors():
@@ -220,9 +218,9 @@ def test_fairseq_layout_needs_no_whole_tensor_copy(length, rows_per_block):
         *[x.view(t, b, h, -1).permute(1, 2, 0, 3) for x in (q_tbc, k_tbc, v_tbc)]
     )
     reference.backward(torch.ones_like(reference))
-    assert rel_diff(out, reference) < 1e-10
+    assert_matches_reference(out, reference, 1e-10)
     for grad, x in zip(grads, (q_tbc, k_tbc, v_tbc)):
-        assert rel_diff(grad, x.grad) < 1e-10
+        assert_matches_reference(grad, x.grad, 1e-10)
 
 
 # ------------------------------------------------------------------------------------- keys with log scales
@@ -247,8 +245,8 @@ def test_log_scaled_keys_match_the_log_space_reference(length, chunk_size, rows_
     grad = torch.randn_like(out)
     for a, b in zip(torch.autograd.grad(out, (q, k, v), grad), torch.autograd.grad(ref, (q, k, v), grad)):
         torch.testing.assert_close(a, b, rtol=1e-8, atol=1e-12)  # dq is exactly 0 in the reference at length 1
-    assert rel_diff(linear_attention(q, k, v, key_log_scale=log_scale, eps=1e-300),
-                    linear_attention_reference(q, k, v, key_log_scale=log_scale)) < 1e-12
+    assert_matches_reference(linear_attention(q, k, v, key_log_scale=log_scale, eps=1e-300),
+                    linear_attention_reference(q, k, v, key_log_scale=log_scale), 1e-12)
 
 
 def test_log_scaled_continuation_and_recurrence_equal_one_pass(rows_per_block):
@@ -260,7 +258,7 @@ def test_log_scaled_continuation_and_recurrence_equal_one_pass(rows_per_block):
                                             key_log_scale=log_scale[..., :29, :], return_state=True)
     tail = causal_linear_attention(q[..., 29:, :], k[..., 29:, :], v[..., 29:, :], 16, initial_state=carried,
                                    key_log_scale=log_scale[..., 29:, :])
-    assert rel_diff(torch.cat([head, tail], -2), full) < 1e-12
+    assert_matches_reference(torch.cat([head, tail], -2), full, 1e-12)
     steps = (torch.zeros_like(state), torch.full_like(state_scale, torch.finfo(torch.float64).min / 4))
     outs, t = [], 0
     while t < 70:  # one token, then five at once, and so on
@@ -269,7 +267,7 @@ def test_log_scaled_continuation_and_recurrence_equal_one_pass(rows_per_block):
                                                      key_log_scale=log_scale[..., span, :])
         outs.append(out)
         t = span.stop
-    assert rel_diff(torch.cat(outs, -2), full) < 1e-12
+    assert_matches_reference(torch.cat(outs, -2), full, 1e-12)
     assert torch.equal(steps[1], state_scale) and rel_diff(steps[0], state) < 1e-12
     louder = log_scale.clone()
     louder[..., 50, :] += 1e4  # a key that outweighs everything before it by exp(10000)
@@ -277,9 +275,9 @@ def test_log_scaled_continuation_and_recurrence_equal_one_pass(rows_per_block):
     assert torch.equal(later[..., :50, :], full[..., :50, :])
 
 
-@pytest.mark.parametrize("rows", [4, causal.ROWS_PER_BLOCK_PER_THREAD])
+@pytest.mark.parametrize("rows", [4, chunk.ROWS_PER_BLOCK_PER_THREAD])
 def test_gradcheck_float64_log_scaled(rows, monkeypatch):
-    monkeypatch.setattr(causal, "ROWS_PER_BLOCK_PER_THREAD", rows)
+    monkeypatch.setattr(chunk, "ROWS_PER_BLOCK_PER_THREAD", rows)
     q, k, v, log_scale = scaled_qkv(13, spread=30.0, requires_grad=True, lead=(1, 2), m=3, d=2)
     state = torch.rand(1, 2, 3, 3, dtype=torch.float64, requires_grad=True)
     state_scale = torch.full((1, 2, 1, 1), 1.5, dtype=torch.float64)

@@ -1,31 +1,19 @@
-"""Kernelized linear attention (Katharopoulos et al. 2020), model-free: feature-mapped tensors in, tensors out.
+"""Causal linear attention in O(T) time and memory (Katharopoulos et al. 2020), chunked, with a hand-written
+backward.
 
-With q = φ(Q), k = φ(K) (``... x T x M``) and values v (``... x T x D``)::
+    out_i = q_i^T (Σ_{j<=i} k_j v_j^T) / (q_i^T Σ_{j<=i} k_j + eps): running states S_i = S_{i-1} + k_i v_i^T
 
-    non-causal  out_i = q_i^T (Σ_j k_j v_j^T) / (q_i^T Σ_j k_j + eps)
-    causal      the same sums over j <= i: running states S_i = S_{i-1} + k_i v_i^T, z_i = z_{i-1} + k_i
-
-Every fast function here has a plain quadratic ``*_reference`` beside it that the tests compare against.
-States and normalisers are accumulated in fp32 whatever the input dtype (fp16 sums of many positive terms
-overflow; bf16 ones lose the small terms), outputs come back in v's dtype. float64 inputs stay float64, so
-that ``torch.autograd.gradcheck`` can check the hand-written backward.
-
-A recurrent state is one tensor ``... x M x (D+1)``: ``[..., :D]`` is S, ``[..., D]`` is the normaliser z.
-
-Keys with a log scale (``key_log_scale``, ``... x T x 1``: the keys are k * exp(log_scale), e.g. FAVOR+'s,
-whose exponentials span more than floating point holds): every key is measured against a reference, the
-running max of the log scales over the chunks seen so far, and the carried state is rescaled whenever that
-reference grows. All weights exp(earlier reference - later reference) are <= 1, so nothing overflows, and a
-key only underflows next to one that outweighs it by exp(87). ``eps`` then counts relative to the largest
-scale up to each query (so that chunked, recurrent and continued runs agree, and a later key in the same
-chunk does not change an earlier output). The state is then the pair (S, its log scale
-``... x 1 x 1``), for continuation and decoding alike.
+Plain references: :func:`.naive.causal_linear_attention_reference` (quadratic) and
+:func:`.naive.naive_recurrent_linear_attention` (token by token); the tests compare them with this op
+(outputs, gradients, float64 gradcheck, states, layouts, dtypes). Conventions (dtypes, states, key log
+scales): :mod:`.utils`.
 """
 from typing import List, Optional, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
+
+from .utils import State, check_shapes, check_state, compute_dtype, decay_weights, finite, split_state
 
 # The chunked op works block by block, a block being about ROWS_PER_BLOCK_PER_THREAD query positions per
 # thread (several short sequences, or a run of chunks of a long one): a block's per-chunk states and masked
@@ -36,150 +24,6 @@ from torch import Tensor
 # Smaller blocks pay more in per-call overhead, larger ones spill out of L2. (Measured before blocks were
 # gathered from the inputs' own layout; the gathered buffers are block-sized, so the trade-off is the same.)
 ROWS_PER_BLOCK_PER_THREAD = 1024
-
-
-def compute_dtype(x: Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
-
-
-def _check_shapes(q: Tensor, k: Tensor, v: Tensor):
-    """q, k: ... x T x M, v: ... x T x D (keys and queries are the same positions: self-attention)."""
-    if q.shape != k.shape or q.shape[:-1] != v.shape[:-1]:
-        raise ValueError(
-            f"expected q, k of shape (..., T, M) and v of shape (..., T, D) with the same leading dims, "
-            f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
-        )
-
-
-def _check_state(state: Tensor, q: Tensor, v: Tensor):
-    expected = (*q.shape[:-2], q.size(-1), v.size(-1) + 1)
-    if tuple(state.shape) != expected:
-        raise ValueError(f"state must have shape (..., M, D+1) = {expected}, got {tuple(state.shape)}")
-
-
-# ---------------------------------------------------------------------------------------------- non-causal
-def linear_attention_reference(
-    q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6, key_log_scale: Optional[Tensor] = None
-) -> Tensor:
-    """Quadratic: the explicit T x S kernel matrix, normalised by its row sums."""
-    _check_shapes(q, k, v)
-    if key_log_scale is not None:
-        return _log_space_reference(q, k, v, key_log_scale, causal=False)
-    dtype = compute_dtype(v)
-    scores = torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2))
-    out = torch.matmul(scores, v.to(dtype)) / (scores.sum(-1, keepdim=True) + eps)
-    return out.to(v.dtype)
-
-
-def linear_attention(
-    q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6, key_log_scale: Optional[Tensor] = None
-) -> Tensor:
-    """Linear in the length: one M x D summary of all keys and values, shared by every query."""
-    _check_shapes(q, k, v)
-    dtype = compute_dtype(v)
-    q, k = q.to(dtype), k.to(dtype)
-    if key_log_scale is not None:  # every key against the largest scale: weights <= 1
-        log_scale = _finite(key_log_scale.to(dtype))
-        k = k * torch.exp(log_scale - log_scale.amax(-2, keepdim=True))
-    kv = torch.matmul(k.transpose(-1, -2), v.to(dtype))  # ... x M x D
-    normaliser = torch.matmul(q, k.sum(-2).unsqueeze(-1))  # ... x T x 1
-    return (torch.matmul(q, kv) / (normaliser + eps)).to(v.dtype)
-
-
-def linear_attention_weights(
-    q: Tensor, k: Tensor, causal: bool, eps: float = 1e-6, key_log_scale: Optional[Tensor] = None
-) -> Tensor:
-    """The attention matrix the linear forms compute implicitly (... x T x S, quadratic; for inspection)."""
-    if key_log_scale is not None:
-        return _log_space_weights(q, k, key_log_scale, causal)
-    scores = torch.matmul(q.to(compute_dtype(q)), k.to(compute_dtype(q)).transpose(-1, -2))
-    if causal:
-        scores = scores.tril()
-    return scores / (scores.sum(-1, keepdim=True) + eps)
-
-
-def _log_space_weights(q: Tensor, k: Tensor, key_log_scale: Tensor, causal: bool) -> Tensor:
-    """w_ij = (q_i · k_j) exp(log_scale_j) normalised over j (<= i if causal), as a softmax over log w_ij:
-    exact whatever the scales (rows without any key are 0)."""
-    dtype = compute_dtype(q)
-    log_w = torch.log(torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2))) + key_log_scale.to(dtype).transpose(-1, -2)
-    if causal:
-        t = q.size(-2)
-        log_w = log_w.masked_fill(torch.ones(t, t, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return torch.softmax(log_w, -1).nan_to_num(0.0)
-
-
-def _log_space_reference(q: Tensor, k: Tensor, v: Tensor, key_log_scale: Tensor, causal: bool) -> Tensor:
-    return torch.matmul(_log_space_weights(q, k, key_log_scale, causal), v.to(compute_dtype(v))).to(v.dtype)
-
-
-def _finite(log_scale: Tensor) -> Tensor:
-    """Log scales of padded keys are -inf; a finite floor keeps exp(floor - floor) = 1 (times a zeroed key)."""
-    return log_scale.clamp(min=torch.finfo(log_scale.dtype).min / 4)
-
-
-# ---------------------------------------------------------------------------------------------- causal
-def causal_linear_attention_reference(
-    q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6, key_log_scale: Optional[Tensor] = None
-) -> Tensor:
-    """Quadratic: the kernel matrix with its future (j > i) masked out, normalised by its row sums."""
-    _check_shapes(q, k, v)
-    if key_log_scale is not None:
-        return _log_space_reference(q, k, v, key_log_scale, causal=True)
-    dtype = compute_dtype(v)
-    scores = torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2)).tril()
-    out = torch.matmul(scores, v.to(dtype)) / (scores.sum(-1, keepdim=True) + eps)
-    return out.to(v.dtype)
-
-
-State = Union[Tensor, Tuple[Tensor, Tensor]]  # S, or (S, its log scale) for keys with a log scale
-
-
-def recurrent_linear_attention_step(
-    q: Tensor, k: Tensor, v: Tensor, state: State, eps: float = 1e-6, key_log_scale: Optional[Tensor] = None
-) -> Tuple[Tensor, State]:
-    """Advance the recurrent state by the T new tokens (usually 1, as in generation): returns (out, new_state).
-
-    The T tokens are treated as one chunk (a masked T x T product plus the carried state), so the cost is
-    quadratic in T: use :func:`causal_linear_attention` with ``initial_state`` for long prompts. With
-    ``key_log_scale`` the state is the pair (S, log scale) (see the module doc).
-    """
-    _check_shapes(q, k, v)
-    state, state_log_scale = state if key_log_scale is not None else (state, None)
-    _check_state(state, q, v)
-    dtype = state.dtype
-    q, k = q.to(dtype), k.to(dtype)
-    v_and_one = F.pad(v.to(dtype), (0, 1), value=1.0)  # the ones column makes the normaliser come out too
-    if key_log_scale is not None:
-        # each query's reference: the largest log scale up to it; keys and the carried state measured against it
-        reference = torch.maximum(torch.cummax(_finite(key_log_scale.to(dtype)), dim=-2).values, state_log_scale)
-        k = k * torch.exp(_finite(key_log_scale.to(dtype)) - reference)
-        carried = torch.exp(state_log_scale - reference)  # ... x T x 1, each <= 1
-        if q.size(-2) == 1:
-            new_state = torch.addcmul(state * carried, k.transpose(-1, -2), v_and_one)
-            out = torch.matmul(q, new_state)
-        else:
-            last = reference[..., -1:, :]
-            new_state = state * torch.exp(state_log_scale - last) + torch.matmul(
-                (k * torch.exp(reference - last)).transpose(-1, -2), v_and_one)
-            scores = torch.matmul(q, k.transpose(-1, -2)).tril() * _decay(reference)
-            out = torch.matmul(q, state) * carried + torch.matmul(scores, v_and_one)
-        new_state = (new_state, reference[..., -1:, :])
-    elif q.size(-2) == 1:  # generation: one token, an outer product (one fused op: this runs per token)
-        new_state = torch.addcmul(state, k.transpose(-1, -2), v_and_one)
-        out = torch.matmul(q, new_state)
-    else:
-        new_state = state + torch.matmul(k.transpose(-1, -2), v_and_one)
-        scores = torch.matmul(q, k.transpose(-1, -2)).tril()
-        out = torch.matmul(q, state) + torch.matmul(scores, v_and_one)
-    numerator, normaliser = out[..., :-1], out[..., -1:]
-    return (numerator / (normaliser + eps)).to(v.dtype), new_state
-
-
-def _decay(reference: Tensor) -> Tensor:
-    """... x T x 1 references (nondecreasing) -> ... x T x T weights exp(ref_j - ref_i) <= 1 (for j <= i; the
-    clamp keeps the masked-out upper triangle from overflowing)."""
-    return torch.exp((reference.transpose(-1, -2) - reference).clamp_(max=0))
 
 
 def causal_linear_attention(
@@ -205,21 +49,21 @@ def causal_linear_attention(
     op reads them as they are (block by block, into cache-sized buffers) and returns a time-major output, so
     that neither the split nor the merge of heads around it copies a whole tensor.
     """
-    _check_shapes(q, k, v)
+    check_shapes(q, k, v)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     *batch, length, feature_dim = q.shape
     value_dim = v.size(-1)
     dtype = compute_dtype(v)
     scaled = key_log_scale is not None
-    initial_state, start_ref = initial_state if scaled and initial_state is not None else (initial_state, None)
+    initial_state, start_ref = split_state(initial_state, key_log_scale, k)
     if initial_state is None:
         state = q.new_zeros(*batch, feature_dim, value_dim + 1, dtype=dtype)
     else:
-        _check_state(initial_state, q, v)
+        check_state(initial_state, q, v)
         state = initial_state.to(dtype)
     state = state.reshape(-1, feature_dim, value_dim + 1)
-    if scaled:  # "no key yet" has the smallest scale (see _finite)
+    if scaled:  # "no key yet" has the smallest scale (see finite)
         floor = torch.finfo(dtype).min / 4
         start_ref = q.new_full((state.size(0),), floor, dtype=dtype) if start_ref is None else start_ref.to(dtype).reshape(-1)
 
@@ -235,7 +79,7 @@ def causal_linear_attention(
     q, k, v = (_time_major(x) for x in (q, k, v))
     reference = None
     if scaled:
-        log_scale = _finite(_time_major(key_log_scale)[..., 0].to(dtype))  # T x N
+        log_scale = finite(_time_major(key_log_scale)[..., 0].to(dtype))  # T x N
         reference = torch.maximum(torch.cummax(log_scale.detach(), dim=0).values, start_ref)  # constants
         k = k.to(dtype) * torch.exp(log_scale - reference).unsqueeze(-1)  # each key against its own reference
     out, final_state = _CausalLinearAttention.apply(q, k, v, state, chunk, eps, reference, start_ref)
@@ -257,7 +101,8 @@ class _CausalLinearAttention(torch.autograd.Function):
     Values get a column of ones (v1 = [v, 1]), so that one product gives the numerator and the normaliser
     and one state S (M x (D+1)) carries both. Work goes block by block (see :func:`_blocks`): a block's
     inputs are gathered into (rows * g) x chunk x F buffers (zero rows past the end, converted to the compute
-    dtype; a head-major block already laid out so is used in place), and in a block of g chunks, with A = tril(q k^T) per chunk and S_c the state before chunk c:
+    dtype; a head-major block already laid out so is used in place), and in a block of g chunks, with
+    A = tril(q k^T) per chunk and S_c the state before chunk c:
 
         y_c = q_c S_c + A_c v1_c,    out = y[:, :D] / (y[:, D] + eps),    S_{c+1} = S_c + k_c^T v1_c
 
@@ -429,7 +274,7 @@ class _ChunkDecay:
         ends = ref[:, -1].view(blk.num_rows, -1)  # rows x g: the reference after each chunk
         entering = start_ref[blk.rows] if blk.first else reference[blk.chunk_start * chunk - 1, blk.rows, 0]
         previous = torch.cat([entering.unsqueeze(1), ends[:, :-1]], dim=1).view(-1, 1)  # before each chunk
-        self.within = _decay(ref.unsqueeze(-1))
+        self.within = decay_weights(ref.unsqueeze(-1))
         self.carried = torch.exp(previous - ref).unsqueeze(-1)
         self.key = torch.exp(ref - ref[:, -1:]).unsqueeze(-1)
         self.scan = _scan_weights(entering, ends, lower)

@@ -1,0 +1,100 @@
+"""One factory for every attention mechanism: ``build_attention(options, layer_index, shape)``.
+
+A model reads its options once (:mod:`.options`) and asks for one attention module per layer; what a
+mechanism needs beyond that (Linformer's projections, FAVOR+'s per-layer seeds, modules shared across layers)
+is decided here, so a new model family only names its options class. To add a mechanism: an options dataclass
+and a builder registered for it with ``@register_builder(MyOptions)``.
+"""
+from dataclasses import dataclass
+from typing import Callable, Dict, Optional, Type
+
+from torch import nn
+
+from .base import SelfAttention
+from .full import SoftmaxAttention
+from .kernel import KernelAttention
+from .linformer import LinformerAttention
+from .options import KernelOptions, LinformerOptions, SoftmaxOptions
+from .projections import build_projection
+
+
+@dataclass
+class LayerShape:
+    """What every mechanism takes from fairseq's layer config: sizes, dropout, quant-noise, direction."""
+
+    embed_dim: int
+    num_heads: int
+    dropout: float = 0.0
+    q_noise: float = 0.0
+    qn_block_size: int = 8
+    causal: bool = False
+
+    @classmethod
+    def from_cfg(cls, cfg, side: str, causal: bool = False) -> "LayerShape":
+        """``cfg``: fairseq's TransformerConfig; ``side``: "encoder" or "decoder"."""
+        sizes = getattr(cfg, side)
+        return cls(sizes.embed_dim, sizes.attention_heads, cfg.attention_dropout, cfg.quant_noise.pq,
+                   cfg.quant_noise.pq_block_size, causal)
+
+    def common(self) -> dict:
+        return dict(dropout=self.dropout, q_noise=self.q_noise, qn_block_size=self.qn_block_size)
+
+
+Builder = Callable[..., SelfAttention]
+BUILDERS: Dict[Type, Builder] = {}
+
+
+def register_builder(options_class: Type):
+    def add(builder: Builder) -> Builder:
+        BUILDERS[options_class] = builder
+        return builder
+
+    return add
+
+
+def build_attention(options, layer_index: int, shape: LayerShape,
+                    shared: Optional[Dict[str, nn.Module]] = None) -> SelfAttention:
+    """The attention of layer ``layer_index``. ``shared`` collects modules that several layers use (Linformer's
+    layerwise projection): the caller registers them once, under their key, as its own sub-modules."""
+    builder = BUILDERS.get(type(options))
+    if builder is None:
+        raise TypeError(f"no attention builder for {type(options).__name__}; known: {[c.__name__ for c in BUILDERS]}")
+    return builder(options, layer_index, shape, {} if shared is None else shared)
+
+
+@register_builder(KernelOptions)
+def build_kernel_attention(options: KernelOptions, layer_index: int, shape: LayerShape, shared) -> KernelAttention:
+    return KernelAttention(
+        shape.embed_dim, shape.num_heads, feature_map=options.feature_map, causal=shape.causal,
+        chunk_size=int(options.chunk_size), **shape.common(),
+        **options.feature_map_options(shape.embed_dim // shape.num_heads, layer_index),
+    )
+
+
+@register_builder(LinformerOptions)
+def build_linformer_attention(options: LinformerOptions, layer_index: int, shape: LayerShape,
+                              shared) -> LinformerAttention:
+    if shape.causal:
+        raise ValueError("Linformer attention is bidirectional (encoder-only): it cannot be causal")
+
+    def projection(index: int):
+        proj = build_projection(options.projection, options.max_positions, options.compressed_lengths[index],
+                                shape.embed_dim)
+        return proj.requires_grad_(not options.freeze)
+
+    if options.shared_layers:  # one projection for keys, values and every layer, owned by the caller
+        if "compress_layer" not in shared:
+            shared["compress_layer"] = projection(0)
+        compress_k, compress_v = shared["compress_layer"], None
+    else:
+        compress_k = projection(layer_index)
+        compress_v = None if options.shared_kv else projection(layer_index)
+    return LinformerAttention(shape.embed_dim, shape.num_heads, compress_k=compress_k, compress_v=compress_v,
+                              shared_across_layers=options.shared_layers, **shape.common())
+
+
+@register_builder(SoftmaxOptions)
+def build_softmax_attention(options: SoftmaxOptions, layer_index: int, shape: LayerShape, shared) -> SoftmaxAttention:
+    if shape.causal:
+        raise ValueError("SoftmaxAttention keeps no key/value cache: use fairseq's own transformer_lm for a decoder")
+    return SoftmaxAttention(shape.embed_dim, shape.num_heads, **shape.common())

@@ -1,0 +1,72 @@
+"""What the linear-attention ops share: the compute dtype, shape checks, and log scales.
+
+States and normalisers are accumulated in fp32 whatever the input dtype (fp16 sums of many positive terms
+overflow; bf16 ones lose the small terms), outputs come back in v's dtype. float64 inputs stay float64, so
+that ``torch.autograd.gradcheck`` can check the hand-written backward.
+
+A recurrent state is one tensor ``... x M x (D+1)``: ``[..., :D]`` is S, ``[..., D]`` is the normaliser z.
+
+Keys with a log scale (``key_log_scale``, ``... x T x 1``: the keys are k * exp(log_scale), e.g. FAVOR+'s,
+whose exponentials span more than floating point holds): every key is measured against a reference, the
+running max of the log scales up to it, and the carried state is rescaled whenever that reference grows.
+All weights exp(earlier reference - later reference) are <= 1, so nothing overflows, and a key only
+underflows next to one that outweighs it by exp(87). ``eps`` counts relative to the largest scale up to each
+query (so that chunked, recurrent and continued runs agree, and a later key in the same chunk does not
+change an earlier output). The state is then the pair (S, its log scale ``... x 1 x 1``), for continuation
+and decoding alike.
+"""
+from typing import Optional, Tuple, Union
+
+import torch
+from torch import Tensor
+
+State = Union[Tensor, Tuple[Tensor, Tensor]]  # S, or (S, its log scale) for keys with a log scale
+
+
+def compute_dtype(x: Tensor) -> torch.dtype:
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def check_shapes(q: Tensor, k: Tensor, v: Tensor):
+    """q, k: ... x T x M, v: ... x T x D (keys and queries are the same positions: self-attention)."""
+    if q.shape != k.shape or q.shape[:-1] != v.shape[:-1]:
+        raise ValueError(
+            f"expected q, k of shape (..., T, M) and v of shape (..., T, D) with the same leading dims, "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+
+
+def check_state(state: Tensor, q: Tensor, v: Tensor):
+    expected = (*q.shape[:-2], q.size(-1), v.size(-1) + 1)
+    if tuple(state.shape) != expected:
+        raise ValueError(f"state must have shape (..., M, D+1) = {expected}, got {tuple(state.shape)}")
+
+
+# ---------------------------------------------------------------------------------------------- non-causal
+
+def finite(log_scale: Tensor) -> Tensor:
+    """Log scales of padded keys are -inf; a finite floor keeps exp(floor - floor) = 1 (times a zeroed key)."""
+    return log_scale.clamp(min=torch.finfo(log_scale.dtype).min / 4)
+
+
+# ---------------------------------------------------------------------------------------------- causal
+
+def decay_weights(reference: Tensor) -> Tensor:
+    """... x T x 1 references (nondecreasing) -> ... x T x T weights exp(ref_j - ref_i) <= 1 (for j <= i; the
+    clamp keeps the masked-out upper triangle from overflowing)."""
+    return torch.exp((reference.transpose(-1, -2) - reference).clamp_(max=0))
+
+
+def split_state(state, key_log_scale: Optional[Tensor], k: Tensor):
+    """``state`` as (S, log scale or None), checked against whether the keys have log scales (``S`` alone, or
+    the pair (S, log scale), see the module doc); ``key_log_scale`` must be ``k``'s shape with 1 feature."""
+    scaled = key_log_scale is not None
+    if scaled and tuple(key_log_scale.shape) != (*k.shape[:-1], 1):
+        raise ValueError(f"key_log_scale must have shape (..., T, 1) = {(*k.shape[:-1], 1)}, got "
+                         f"{tuple(key_log_scale.shape)}")
+    if state is None:
+        return None, None
+    if isinstance(state, tuple) != scaled:
+        raise ValueError("with key_log_scale the state is the pair (S, log scale); without it, S alone" if scaled
+                         else "a (S, log scale) state needs key_log_scale for the new keys")
+    return state if scaled else (state, None)

@@ -1,0 +1,241 @@
+"""The options of each attention mechanism: one dataclass each, with the command-line flags, their defaults and
+help in one place, read once from whatever fairseq hands a model (an argparse Namespace from fairseq-train, an
+omegaconf DictConfig from fairseq-hydra-train or a checkpoint) and checked when the model is built.
+
+Why not fairseq's ``TransformerConfig.from_namespace``: it copies unknown keys with ``vars(args)``, which
+returns nothing useful for a DictConfig, so plugin options vanish under fairseq-hydra-train (fairseq's own
+examples/linformer dies there with "invalid argument compressed"). We read each option ourselves.
+
+:func:`.builders.build_attention` turns options into an attention module for one layer.
+"""
+from dataclasses import dataclass
+from typing import Any, List, NamedTuple, Optional, Sequence, Union
+
+from fairseq.utils import safe_getattr
+
+from .feature_maps import FEATURE_MAPS
+from .projections import PROJECTIONS
+
+
+def option(args: Any, name: str, default=None):
+    return safe_getattr(args, name, default)
+
+
+def per_layer(value: Union[int, str, List[int], None], num_layers: int, flag: str) -> List[int]:
+    """``4`` -> [4] * num_layers; ``"256,256,128"`` -> one value per layer (the count must match)."""
+    if isinstance(value, str):
+        values = [int(v) for v in value.replace(" ", "").split(",") if v]
+    elif isinstance(value, (list, tuple)) or hasattr(value, "__iter__"):
+        values = [int(v) for v in value]
+    else:
+        values = [int(value)]
+    if len(values) == 1:
+        return values * num_layers
+    if len(values) != num_layers:
+        raise ValueError(
+            f"{flag} has {len(values)} values but the model has {num_layers} layers: give one value, "
+            f"or one per layer (comma-separated)"
+        )
+    return values
+
+
+def check_heads(embed_dim: int, heads: int, side: str):
+    """fairseq's MultiheadAttention asserts this deep inside a layer; say which options to change instead."""
+    if heads < 1 or embed_dim % heads != 0:
+        raise ValueError(
+            f"--{side}-attention-heads {heads} must divide --{side}-embed-dim {embed_dim} (each head gets "
+            f"embed_dim / heads dimensions): pick a head count among the divisors of {embed_dim}, e.g. "
+            f"{', '.join(str(h) for h in (1, 2, 4, 8, 12, 16) if embed_dim % h == 0)}"
+        )
+
+
+class Flag(NamedTuple):
+    """A command-line option: its default and what argparse needs to know."""
+
+    default: Any
+    type: type
+    help: str
+    choices: Optional[Sequence] = None
+    metavar: Optional[str] = None
+
+
+class MechanismOptions:
+    """Command-line plumbing shared by the options classes: ``FLAGS`` maps each option to its :class:`Flag`."""
+
+    FLAGS: dict = {}
+    CAUSAL_ONLY = ()  # flags that only a causal (decoder) attention uses
+    IDENTITY_FLAGS = ()  # the flags (model config keys) that :meth:`identity` depends on
+    GROUP = "attention"
+
+    @classmethod
+    def add_args(cls, parser, causal: bool = True):
+        group = parser.add_argument_group(cls.GROUP)
+        for name, flag in cls.FLAGS.items():
+            if name in cls.CAUSAL_ONLY and not causal:
+                continue
+            group.add_argument("--" + name.replace("_", "-"), type=flag.type, choices=flag.choices,
+                               metavar=flag.metavar, help=f"{flag.help} (default {flag.default})")
+
+    @classmethod
+    def set_defaults(cls, args: Any):
+        """Fill the options missing from ``args`` with their defaults (what fairseq's arch functions do)."""
+        for name, flag in cls.FLAGS.items():
+            setattr(args, name, option(args, name, flag.default))
+
+    @classmethod
+    def flag_values(cls, args: Any) -> dict:
+        return {name: option(args, name, flag.default) for name, flag in cls.FLAGS.items()}
+
+    def identity(self) -> dict:
+        """{flag: value} for the options that decide what the weights mean but that no tensor shape shows: a
+        checkpoint loaded under other values would be a silently different model."""
+        return {}
+
+
+KERNEL_FLAGS = {
+    "feature_map": Flag("elu", str, "the kernel feature map φ (elu: elu+1, relu, favor: Performer's FAVOR+)",
+                        choices=sorted(FEATURE_MAPS)),
+    "chunk_size": Flag(64, int, "chunk length of the causal training op (masked products inside a chunk)"),
+    "favor_features": Flag(0, int, "FAVOR+ random features per head (0: head_dim * 4)"),
+    "favor_redraw_interval": Flag(1000, int, "redraw FAVOR+ features every N updates while training (0: never)"),
+    "favor_seed": Flag(1, int, "seed of the FAVOR+ draws (the same on every distributed worker)"),
+}
+
+
+@dataclass
+class KernelOptions(MechanismOptions):
+    """Kernel (linear) attention: ``linear_transformer_lm`` and ``linear_roberta``."""
+
+    feature_map: str = KERNEL_FLAGS["feature_map"].default
+    chunk_size: int = KERNEL_FLAGS["chunk_size"].default
+    favor_features: int = KERNEL_FLAGS["favor_features"].default
+    favor_redraw_interval: int = KERNEL_FLAGS["favor_redraw_interval"].default
+    favor_seed: int = KERNEL_FLAGS["favor_seed"].default
+
+    GROUP = "kernel attention"
+    FLAGS = KERNEL_FLAGS
+    CAUSAL_ONLY = ("chunk_size",)
+    IDENTITY_FLAGS = ("feature_map",)
+
+    @classmethod
+    def from_args(cls, args: Any) -> "KernelOptions":
+        return cls(**cls.flag_values(args)).checked()
+
+    def checked(self) -> "KernelOptions":
+        if self.feature_map not in FEATURE_MAPS:
+            raise ValueError(f"--feature-map {self.feature_map!r} is not a feature map: choose one of {sorted(FEATURE_MAPS)}")
+        if int(self.chunk_size) < 1:
+            raise ValueError(f"--chunk-size must be >= 1 (the causal op's chunk length; 64 is a good default), "
+                             f"got {self.chunk_size}")
+        for name, meaning in (("favor_features", "0 means 4 x head_dim"), ("favor_redraw_interval", "0 means never")):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 0 ({meaning}), got {getattr(self, name)}")
+        return self
+
+    def identity(self) -> dict:
+        return {"--feature-map": self.feature_map}  # elu and relu have no weights to tell them apart
+
+    def feature_map_options(self, head_dim: int, layer_index: int) -> dict:
+        if self.feature_map != "favor":
+            return {}
+        return {
+            "num_features": int(self.favor_features) or 4 * head_dim,
+            "redraw_interval": int(self.favor_redraw_interval),
+            # one seed per layer, so that layers draw independent features (still the same on every worker)
+            "seed": int(self.favor_seed) * 1000 + layer_index,
+        }
+
+
+@dataclass
+class LinformerOptions(MechanismOptions):
+    """Linformer: ``linformer_roberta``. The flags are fairseq's examples/linformer's (its command lines and
+    checkpoints work here) plus ``--compressed-length`` and ``--compress-projection``; resolved here into k
+    per layer."""
+
+    compressed_lengths: List[int]
+    max_positions: int
+    projection: str = "learned"
+    shared_kv: bool = False
+    shared_layers: bool = False
+    freeze: bool = False
+
+    GROUP = "Linformer"
+    IDENTITY_FLAGS = ("compressed", "compressed_length", "compress_projection", "max_positions", "encoder_layers")
+    FLAGS = {
+        "compressed": Flag(4, str, "n/k, the sequence compression ratio; one value or one per layer, comma-separated "
+                                   "(e.g. 4,4,8,8 for smaller k in higher layers)", metavar="RATIO"),
+        "compressed_length": Flag(None, str, "the compressed length k itself, overriding --compressed; one value or "
+                                             "one per layer", metavar="K"),
+        "compress_projection": Flag("learned", str, "how n positions become k: learned E/F, mean or max pooling, "
+                                                    "or a depthwise convolution, each with kernel = stride = n/k for "
+                                                    "the non-learned kinds", choices=sorted(PROJECTIONS)),
+        "shared_kv_compressed": Flag(0, int, "1: one projection for keys and values in each layer (E = F)",
+                                     choices=[0, 1]),
+        "shared_layer_kv_compressed": Flag(0, int, "1: one projection for keys, values and all layers (stored once)",
+                                           choices=[0, 1]),
+        "freeze_compress": Flag(0, int, "1: do not train the projections", choices=[0, 1]),
+    }
+
+    @classmethod
+    def from_args(cls, args: Any) -> "LinformerOptions":
+        flags = cls.flag_values(args)
+        layers = int(option(args, "encoder_layers"))
+        max_positions = int(option(args, "max_positions"))
+        if flags["compressed_length"] is not None:
+            lengths = per_layer(flags["compressed_length"], layers, "--compressed-length")
+        else:
+            ratios = per_layer(flags["compressed"], layers, "--compressed")
+            if any(not 1 <= r <= max_positions for r in ratios):
+                raise ValueError(
+                    f"--compressed is n/k and must be in [1, --max-positions {max_positions}], got "
+                    f"{','.join(map(str, ratios))}; e.g. --compressed 4 gives k = {max(1, max_positions // 4)}"
+                )
+            lengths = [max_positions // r for r in ratios]
+        if any(not 1 <= k <= max_positions for k in lengths):
+            raise ValueError(f"--compressed-length (k) must be in [1, --max-positions {max_positions}], got "
+                             f"{','.join(map(str, lengths))}")
+        projection = flags["compress_projection"]
+        if projection not in PROJECTIONS:
+            raise ValueError(f"--compress-projection {projection!r} is unknown: choose one of {sorted(PROJECTIONS)}")
+        if PROJECTIONS[projection].windowed and any(max_positions % k for k in lengths):
+            divisors = [d for d in range(1, max_positions + 1) if max_positions % d == 0]
+            raise ValueError(
+                f"--compress-projection {projection} pools windows of n/k positions, so k must divide --max-positions "
+                f"{max_positions}; got k = {','.join(map(str, lengths))}. Pick --compressed among {divisors[:12]} (or "
+                f"give k itself with --compressed-length, a divisor of {max_positions})"
+            )
+        shared_layers = bool(int(flags["shared_layer_kv_compressed"]))
+        if shared_layers and len(set(lengths)) > 1:
+            raise ValueError(
+                "--shared-layer-kv-compressed 1 shares one projection across layers, so every layer needs "
+                f"the same k; got per-layer k {lengths}. Drop the per-layer values or the layer sharing."
+            )
+        return cls(
+            compressed_lengths=lengths,
+            max_positions=max_positions,
+            projection=projection,
+            shared_kv=bool(int(flags["shared_kv_compressed"])),
+            shared_layers=shared_layers,
+            freeze=bool(int(flags["freeze_compress"])),
+        )
+
+    def identity(self) -> dict:  # pooling projections have no weights that show k or n
+        return {"--max-positions": self.max_positions, "--compress-projection": self.projection,
+                "k per layer (--compressed / --compressed-length)": self.compressed_lengths}
+
+
+@dataclass
+class SoftmaxOptions(MechanismOptions):
+    """Softmax attention (PyTorch's fused SDPA): the baseline, no options of its own."""
+
+    @classmethod
+    def from_args(cls, args: Any) -> "SoftmaxOptions":
+        return cls()
+
+
+def identity_option_names() -> set:
+    """Every model config key that some mechanism's identity depends on (and the head counts)."""
+    names = {"encoder_attention_heads", "decoder_attention_heads"}
+    for options_class in MechanismOptions.__subclasses__():
+        names.update(options_class.IDENTITY_FLAGS)
+    return names

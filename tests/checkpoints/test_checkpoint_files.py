@@ -1,0 +1,75 @@
+"""Checkpoint files: safe loading tells a file that asks to run code from a damaged one, a copy is whole or
+absent, and the fallback for a damaged checkpoint_last picks the right file and skips unreadable ones."""
+import os
+import zipfile
+
+import pytest
+import torch
+
+from fairseq_linattn.checkpoints import (
+    CorruptCheckpointError,
+    UnsafeCheckpointError,
+    atomic_copy,
+    newest_intact_checkpoint,
+    safe_torch_load,
+    unreadable_reason,
+)
+
+
+def fake_checkpoint(path, updates, **extra):
+    torch.save({"model": {"w": torch.ones(3)}, "optimizer_history": [{"num_updates": updates}], **extra}, path)
+    return path
+
+
+class RunsCode:
+    def __reduce__(self):
+        return os.getcwd, ()
+
+
+def test_unsafe_and_corrupt_are_told_apart(tmp_path):
+    torch.save({"x": RunsCode()}, tmp_path / "code.pt")
+    with pytest.raises(UnsafeCheckpointError, match="it pickles posix.getcwd"):
+        safe_torch_load(str(tmp_path / "code.pt"))
+    (tmp_path / "garbage.pt").write_bytes(b"\x80\x02garbage that is no pickle")
+    torch.save({"a": 1}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    legacy = (tmp_path / "legacy.pt").read_bytes()
+    (tmp_path / "legacy_cut.pt").write_bytes(legacy[: len(legacy) // 2])
+    good = fake_checkpoint(tmp_path / "good.pt", 1)
+    damaged = tmp_path / "damaged_pickle.pt"
+    with zipfile.ZipFile(good) as source, zipfile.ZipFile(damaged, "w") as target:
+        for info in source.infolist():
+            data = source.read(info)
+            target.writestr(info, data[: len(data) // 2] if info.filename.endswith("data.pkl") else data)
+    for name in ("garbage.pt", "legacy_cut.pt", "damaged_pickle.pt"):  # not files asking to run code
+        with pytest.raises(CorruptCheckpointError):
+            safe_torch_load(str(tmp_path / name))
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(CorruptCheckpointError, match="it is empty \\(0 bytes\\)"):
+        safe_torch_load(str(tmp_path / "empty.pt"))
+
+
+def test_atomic_copy_leaves_whole_files(tmp_path):
+    src = fake_checkpoint(tmp_path / "a.pt", 3)
+    atomic_copy(str(src), str(tmp_path / "b.pt"))
+    assert (tmp_path / "b.pt").read_bytes() == src.read_bytes() and not list(tmp_path.glob("*.partial"))
+    assert unreadable_reason(str(tmp_path / "b.pt")) is None
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(src.read_bytes()[:-100])
+    assert unreadable_reason(str(cut)).startswith("it is truncated")
+
+
+def test_fallback_prefers_progress_skips_the_unreadable_and_the_excluded(tmp_path):
+    fake_checkpoint(tmp_path / "checkpoint_1_5.pt", 5)
+    fake_checkpoint(tmp_path / "checkpoint_best.pt", 10)  # a copy of checkpoint_1_10, written after it
+    fake_checkpoint(tmp_path / "checkpoint_1_10.pt", 10)
+    os.utime(tmp_path / "checkpoint_best.pt")
+    assert newest_intact_checkpoint(str(tmp_path)).endswith("checkpoint_1_10.pt")
+    # a whole zip whose pickle is damaged: skipped (with a warning), not an error that ends the fallback
+    (tmp_path / "checkpoint_1_15.pt").write_bytes(b"PK\x03\x04" + b"\x00" * 100)
+    with zipfile.ZipFile(tmp_path / "checkpoint_1_20.pt", "w") as broken:
+        broken.writestr("archive/data.pkl", b"\x80\x02not a pickle")
+    assert newest_intact_checkpoint(str(tmp_path)).endswith("checkpoint_1_10.pt")
+    pretrained = fake_checkpoint(tmp_path / "checkpoint_pretrained.pt", 100_000)  # someone's model kept there
+    assert newest_intact_checkpoint(str(tmp_path)).endswith("checkpoint_pretrained.pt")
+    assert newest_intact_checkpoint(str(tmp_path), progress_named_only=True).endswith("checkpoint_1_10.pt")
+    assert newest_intact_checkpoint(str(tmp_path), exclude=[str(pretrained)]).endswith("checkpoint_1_10.pt")
