@@ -288,3 +288,16 @@ def test_gradcheck_float64_log_scaled(rows, monkeypatch):
         return out, final
 
     assert torch.autograd.gradcheck(run, (q, k, v, state))
+
+
+def test_the_naive_forms_agree_with_each_other_and_with_the_op():
+    """Three plain forms of causal linear attention (the kernel matrix, token by token, a cumsum of states)
+    and the chunked op: one function."""
+    from fairseq_linattn.attention.ops.linear_attn import cumsum_causal_linear_attention, naive_recurrent_linear_attention
+
+    q, k, v = make_qkv(length=37, dtype=torch.float64)
+    ref = causal_linear_attention_reference(q, k, v)
+    for form in (naive_recurrent_linear_attention, cumsum_causal_linear_attention):
+        assert_matches_reference(form(q, k, v), ref, 1e-12, form.__name__)
+    assert_matches_reference(causal_linear_attention(q, k, v, chunk_size=8), naive_recurrent_linear_attention(q, k, v),
+                             1e-12)

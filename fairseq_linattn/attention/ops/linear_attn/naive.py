@@ -20,11 +20,24 @@ def linear_attention_reference(
     q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6, key_log_scale: Optional[Tensor] = None
 ) -> Tensor:
     """Quadratic: the explicit T x S kernel matrix, normalised by its row sums."""
+    return _kernel_matrix_attention(q, k, v, eps, key_log_scale, causal=False)
+
+
+def causal_linear_attention_reference(
+    q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6, key_log_scale: Optional[Tensor] = None
+) -> Tensor:
+    """Quadratic: the kernel matrix with its future (j > i) masked out, normalised by its row sums."""
+    return _kernel_matrix_attention(q, k, v, eps, key_log_scale, causal=True)
+
+
+def _kernel_matrix_attention(q, k, v, eps, key_log_scale, causal: bool) -> Tensor:
     check_shapes(q, k, v)
     if key_log_scale is not None:
-        return _log_space_reference(q, k, v, key_log_scale, causal=False)
+        return _log_space_reference(q, k, v, key_log_scale, causal)
     dtype = compute_dtype(v)
     scores = torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2))
+    if causal:
+        scores = scores.tril()
     out = torch.matmul(scores, v.to(dtype)) / (scores.sum(-1, keepdim=True) + eps)
     return out.to(v.dtype)
 
@@ -54,19 +67,6 @@ def _log_space_weights(q: Tensor, k: Tensor, key_log_scale: Tensor, causal: bool
 
 def _log_space_reference(q: Tensor, k: Tensor, v: Tensor, key_log_scale: Tensor, causal: bool) -> Tensor:
     return torch.matmul(_log_space_weights(q, k, key_log_scale, causal), v.to(compute_dtype(v))).to(v.dtype)
-
-
-def causal_linear_attention_reference(
-    q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6, key_log_scale: Optional[Tensor] = None
-) -> Tensor:
-    """Quadratic: the kernel matrix with its future (j > i) masked out, normalised by its row sums."""
-    check_shapes(q, k, v)
-    if key_log_scale is not None:
-        return _log_space_reference(q, k, v, key_log_scale, causal=True)
-    dtype = compute_dtype(v)
-    scores = torch.matmul(q.to(dtype), k.to(dtype).transpose(-1, -2)).tril()
-    out = torch.matmul(scores, v.to(dtype)) / (scores.sum(-1, keepdim=True) + eps)
-    return out.to(v.dtype)
 
 
 def naive_recurrent_linear_attention(q: Tensor, k: Tensor, v: Tensor, eps: float = 1e-6) -> Tensor:

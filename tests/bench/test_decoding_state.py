@@ -1,25 +1,17 @@
-"""The directly-built incremental states of scripts/bench_decoding.py are what token-by-token decoding builds.
+"""The directly-built incremental states of fairseq_linattn/bench/decoding.py are what token-by-token decoding builds.
 
 bench_decoding.py times one decoder step at position p from a state it builds without decoding p tokens
 (fairseq's KV cache for transformer_lm, the layer's own RNN state for linear_transformer_lm). Here, on small
 models: decode a random sequence token by token; the state after p tokens, and the logits of step p from the
 directly-built state, must equal those of the token-by-token route (and the full forward's).
 """
-import os
-import sys
-
 import pytest
 import torch
 
 from fairseq_linattn.attention import KernelAttention
+from fairseq_linattn.bench import decoding as bd
+from fairseq_linattn.bench import swaps
 from fairseq_linattn.models.standalone import DictionaryTask
-
-SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "scripts")
-if SCRIPTS not in sys.path:
-    sys.path.insert(0, SCRIPTS)
-
-import bench_common as bc  # noqa: E402
-import bench_decoding as bd  # noqa: E402
 
 SMALL = dict(layers=2, dim=32, heads=4, ffn=64)
 P = 21  # chunk_size 8 below: the prompt route crosses chunk boundaries and ends mid-chunk
@@ -121,7 +113,7 @@ def test_projections_only_floor_does_the_projections_of_the_model_it_replaces():
     floor = bd.build_lm("projections only", task, max_positions=64, **SMALL)
     assert sum(p.numel() for p in floor.parameters()) == sum(p.numel() for p in linear.parameters())
     for a, b in zip(linear.decoder.layers, floor.decoder.layers):
-        assert isinstance(b.self_attn, bc.ProjectionsOnlyAttention)
+        assert isinstance(b.self_attn, swaps.ProjectionsOnlyAttention)
         for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
             assert torch.equal(getattr(a.self_attn, name).weight, getattr(b.self_attn, name).weight)
     attn = floor.decoder.layers[0].self_attn

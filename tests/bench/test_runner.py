@@ -1,0 +1,55 @@
+"""The benchmark runner with a toy benchmark: cases interleaved and timed, skips recorded, ratios against the
+baseline, memory measured in a fresh process, and the .md / .json / .png written with the machine line."""
+import json
+import time
+
+from fairseq_linattn.bench.measure import peak_memory
+from fairseq_linattn.bench.runner import Benchmark, measured, predicted, run
+
+
+def toy_memory(args, point, case):
+    return peak_memory(lambda: None, lambda _: bytearray(point["n"] * 1024 * 1024))  # n MB more
+
+
+class Toy(Benchmark):
+    """A toy: ``slow`` sleeps twice as long as ``fast``."""
+
+    name = "toy"
+    baselines = {"speedup_vs_slow": "slow"}
+    memory_worker = staticmethod(toy_memory)
+
+    def points(self, args):
+        return [{"n": 8}, {"n": 16}]
+
+    def cases(self, args, point, history):
+        self.seen_history = {case: len(rows) for case, rows in history.items()}
+        return {"slow": lambda: time.sleep(0.004), "fast": lambda: time.sleep(0.002),
+                "huge": "skipped: would not fit" if point["n"] > 8 else (lambda: None)}
+
+    def render(self, data):
+        fast = measured(data["results"], n=16, case="fast")
+        return f"# toy\n\nfast is {fast['speedup_vs_slow']:.1f}x faster", ["VERDICT toy"]
+
+    def plot(self, data):
+        from fairseq_linattn.bench.report import pyplot
+
+        fig, ax = pyplot().subplots()
+        ax.plot([1, 2], [1, 2])
+        return fig
+
+
+def test_runner_measures_declared_cases(tmp_path, capsys):
+    toy = Toy()
+    data = run(toy, ["--quick", "--out", str(tmp_path), "--repeats", "3", "--warmup", "0", "--budget", "1"])
+    rows = {(r["n"], r["case"]): r for r in data["results"]}
+    assert set(rows) == {(8, "slow"), (8, "fast"), (8, "huge"), (16, "slow"), (16, "fast"), (16, "huge")}
+    assert rows[(16, "huge")] == {"n": 16, "case": "huge", "skipped": "skipped: would not fit"}
+    assert len(rows[(16, "fast")]["times_s"]) == 3 and 1.3 < rows[(16, "fast")]["speedup_vs_slow"] < 3
+    assert 10 <= rows[(16, "slow")]["memory"]["delta_mb"] < 40  # about 16 MB, measured in another process
+    assert toy.seen_history == {"slow": 1, "fast": 1, "huge": 1}  # the first point's rows, at the second
+    assert predicted({"fast": [rows[(8, "fast")]]}, "fast", "n", 16, 1) == 2 * rows[(8, "fast")]["median_s"]
+    markdown = (tmp_path / "toy.md").read_text()
+    assert markdown.startswith("# toy") and "faster" in markdown
+    assert json.loads((tmp_path / "toy.json").read_text())["machine"]["threads"] == 2
+    assert (tmp_path / "toy.png").stat().st_size > 1000
+    assert capsys.readouterr().out.rstrip().endswith("VERDICT toy")
