@@ -4,4 +4,5 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$root/scripts/bootstrap.sh"
 cd "$root"
+.venv/bin/ruff check --config scripts/ruff.toml fairseq_linattn scripts tests examples
 exec .venv/bin/python -m pytest tests -p no:cacheprovider -q -rs "$@"

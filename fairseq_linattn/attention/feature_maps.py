@@ -105,13 +105,17 @@ class FavorFeatureMap(FeatureMap):
     # the running max of the log scales up to it (as Performer shifts by a max; running, so that a later key
     # never changes an earlier output), and rescale the carried state when that max grows.
 
-    def __init__(self, head_dim: int, num_features: int = 0, redraw_interval: int = 1000, seed: int = 0):
+    FEATURES_PER_DIM = 4  # num_features=0: 4 x head_dim random features (Performer's experiments use 4 d log d)
+    REDRAW_INTERVAL = 1000
+    SEED = 1
+
+    def __init__(self, head_dim: int, num_features: int = 0, redraw_interval: int = REDRAW_INTERVAL, seed: int = SEED):
         super().__init__(head_dim)
         if num_features < 0 or redraw_interval < 0:
             raise ValueError(
                 f"favor: num_features ({num_features}) and redraw_interval ({redraw_interval}) must be >= 0"
             )
-        self.num_features = num_features or head_dim
+        self.num_features = num_features or self.FEATURES_PER_DIM * head_dim
         self.redraw_interval = redraw_interval
         self.seed = seed
         self.register_buffer("omega", self.draw(0))

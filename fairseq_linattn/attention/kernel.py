@@ -43,6 +43,8 @@ class KernelAttention(SelfAttention):
     """Multi-head linear attention with a feature map given by name (``favor`` options pass through
     ``feature_map_options``, e.g. ``num_features``, ``redraw_interval``, ``seed``) or as a module."""
 
+    DEFAULT_FEATURE_MAP = "elu"
+    DEFAULT_CHUNK_SIZE = 64
     STATE_KEY = "linear_state"
     LOG_SCALE_KEY = "linear_state_log_scale"
 
@@ -50,9 +52,9 @@ class KernelAttention(SelfAttention):
         self,
         embed_dim: int,
         num_heads: int,
-        feature_map: Union[str, FeatureMap] = "elu",
+        feature_map: Union[str, FeatureMap] = DEFAULT_FEATURE_MAP,
         causal: bool = False,
-        chunk_size: int = 64,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
         eps: float = 1e-6,
         dropout: float = 0.0,
         bias: bool = True,

@@ -13,7 +13,8 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Union
 
 from fairseq.utils import safe_getattr
 
-from .feature_maps import FEATURE_MAPS
+from .feature_maps import FEATURE_MAPS, FavorFeatureMap
+from .kernel import KernelAttention
 from .projections import PROJECTIONS
 
 
@@ -93,12 +94,15 @@ class MechanismOptions:
 
 
 KERNEL_FLAGS = {
-    "feature_map": Flag("elu", str, "the kernel feature map φ (elu: elu+1, relu, favor: Performer's FAVOR+)",
+    "feature_map": Flag(KernelAttention.DEFAULT_FEATURE_MAP, str,
+                        "the kernel feature map φ (elu: elu+1, relu, favor: Performer's FAVOR+)",
                         choices=sorted(FEATURE_MAPS)),
-    "chunk_size": Flag(64, int, "chunk length of the causal training op (masked products inside a chunk)"),
-    "favor_features": Flag(0, int, "FAVOR+ random features per head (0: head_dim * 4)"),
-    "favor_redraw_interval": Flag(1000, int, "redraw FAVOR+ features every N updates while training (0: never)"),
-    "favor_seed": Flag(1, int, "seed of the FAVOR+ draws (the same on every distributed worker)"),
+    "chunk_size": Flag(KernelAttention.DEFAULT_CHUNK_SIZE, int,
+                       "chunk length of the causal training op (masked products inside a chunk)"),
+    "favor_features": Flag(0, int, f"FAVOR+ random features per head (0: head_dim * {FavorFeatureMap.FEATURES_PER_DIM})"),
+    "favor_redraw_interval": Flag(FavorFeatureMap.REDRAW_INTERVAL, int,
+                                  "redraw FAVOR+ features every N updates while training (0: never)"),
+    "favor_seed": Flag(FavorFeatureMap.SEED, int, "seed of the FAVOR+ draws (the same on every distributed worker)"),
 }
 
 
@@ -139,7 +143,7 @@ class KernelOptions(MechanismOptions):
         if self.feature_map != "favor":
             return {}
         return {
-            "num_features": int(self.favor_features) or 4 * head_dim,
+            "num_features": int(self.favor_features),  # 0: the map's default
             "redraw_interval": int(self.favor_redraw_interval),
             # one seed per layer, so that layers draw independent features (still the same on every worker)
             "seed": int(self.favor_seed) * 1000 + layer_index,

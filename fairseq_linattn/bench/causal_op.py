@@ -20,8 +20,8 @@ import torch.nn.functional as F
 
 from ..attention.ops.linear_attn import causal_linear_attention, causal_linear_attention_reference
 from .machine import machine_line
-from .report import fmt_x, log_axes, md_table, pyplot
-from .runner import Benchmark, measured, parse_ints, run
+from .report import fmt_x, log_axes, md_table, pyplot, titled
+from .runner import Benchmark, entry_point, measured, parse_ints
 
 METHODS = ["ours", "reference", "sdpa", "fast_transformers"]
 LABELS = {
@@ -178,14 +178,11 @@ class CausalOpBenchmark(Benchmark):
         for ax, ylabel in ((ax_time, "forward + backward, ms"), (ax_mem, "peak memory added, MiB")):
             log_axes(ax, "sequence length n", ylabel)
         ax_time.legend()
-        fig.suptitle(f"Causal linear attention, {data['machine']['cpu']}, {data['machine']['threads']} threads",
-                     fontsize=9)
         fig.tight_layout()
-        return fig
+        return titled(fig, "Causal linear attention", data)
 
 
-def main(argv=None):
-    return run(CausalOpBenchmark(), argv)
+main = entry_point(CausalOpBenchmark)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,8 @@ from ..attention import KernelAttention
 from ..models.standalone import DictionaryTask, build_model
 from . import swaps
 from .machine import machine_line
-from .report import fmt_bytes, fmt_ms, fmt_x, log_axes, md_table, pyplot
-from .runner import Benchmark, Timed, measured, parse_ints, run
+from .report import fmt_bytes, fmt_ms, fmt_x, log_axes, md_table, pyplot, titled
+from .runner import Benchmark, Timed, entry_point, measured, parse_ints
 
 TARGET = {"flat_until": 2048, "position": 2048, "speedup": 3.0}
 CASES = ["transformer_lm", "linear", "projections only"]
@@ -271,12 +271,10 @@ def plot(data):
     for ax in axes:
         log_axes(ax, "position")
         ax.legend(fontsize=8)
-    fig.suptitle(f"decoding, {data['machine']['cpu']}, {data['machine']['threads']} threads", fontsize=10)
-    return fig
+    return titled(fig, "decoding", data)
 
 
-def main(argv=None):
-    return run(DecodingBenchmark(), argv)
+main = entry_point(DecodingBenchmark)
 
 
 if __name__ == "__main__":

@@ -34,8 +34,8 @@ from ..models.standalone import DictionaryTask, build_model
 from . import swaps
 from .machine import machine_line
 from .measure import peak_memory, profile_call
-from .report import fmt_mb, fmt_ms, fmt_x, log_axes, md_table, profile_section, pyplot
-from .runner import Benchmark, measured, parse_ints, predicted, run
+from .report import fmt_mb, fmt_ms, fmt_x, log_axes, md_table, profile_section, pyplot, titled
+from .runner import Benchmark, entry_point, measured, parse_ints, predicted
 
 QUERY_OUTPUT = "q+out projections"
 SWAPS = {"sdpa": swaps.as_softmax_attention, "none": swaps.as_zero_attention,
@@ -265,13 +265,10 @@ def plot(data):
     for ax, label in ((ax_t, "forward time (ms)"), (ax_m, "peak memory Δ (MB)")):
         log_axes(ax, "sequence length n", label)
     ax_t.legend(fontsize=8)
-    fig.suptitle(f"linformer_roberta vs RoBERTa, inference, {data['machine']['cpu']}, "
-                 f"{data['machine']['threads']} threads", fontsize=10)
-    return fig
+    return titled(fig, "linformer_roberta vs RoBERTa, inference", data)
 
 
-def main(argv=None):
-    return run(LinformerBenchmark(), argv)
+main = entry_point(LinformerBenchmark)
 
 
 if __name__ == "__main__":

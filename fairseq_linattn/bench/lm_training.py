@@ -29,8 +29,8 @@ from ..models.standalone import DictionaryTask, build_model
 from . import swaps
 from .machine import machine_line, mem_info
 from .measure import peak_memory, profile_call
-from .report import fmt_mb, fmt_ms, fmt_x, log_axes, md_table, profile_section, pyplot
-from .runner import Benchmark, parse_ints, predicted, run
+from .report import fmt_mb, fmt_ms, fmt_x, log_axes, md_table, profile_section, pyplot, titled
+from .runner import Benchmark, entry_point, parse_ints, predicted
 
 TARGET = {"n": 4096, "speedup": 3.0, "ceiling_hint": 4.3}
 CASES = ["transformer_lm", "linear", "naive cumsum", "projections only", "none"]
@@ -265,12 +265,10 @@ def plot(data):
     log_axes(ax_t, "sequence length n (batch 1)", "training tokens / s", logy=False)
     log_axes(ax_m, "sequence length n (batch 1)", "peak memory Δ (MB)")
     ax_t.legend(fontsize=8)
-    fig.suptitle(f"LM training step, {data['machine']['cpu']}, {data['machine']['threads']} threads", fontsize=10)
-    return fig
+    return titled(fig, "LM training step", data)
 
 
-def main(argv=None):
-    return run(LmTrainingBenchmark(), argv)
+main = entry_point(LmTrainingBenchmark)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,12 @@ def log_axes(ax, xlabel: str, ylabel: Optional[str] = None, logy: bool = True):
     ax.grid(True, which="both", alpha=0.3)
 
 
+def titled(fig, what: str, data: Dict):
+    """The figure, titled with what it shows and the machine it was measured on."""
+    fig.suptitle(f"{what}, {data['machine']['cpu']}, {data['machine']['threads']} threads", fontsize=10)
+    return fig
+
+
 def pyplot():
     import logging
 

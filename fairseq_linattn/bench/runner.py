@@ -170,6 +170,15 @@ def run(benchmark: Benchmark, argv: Optional[List[str]] = None) -> Dict:
     return data
 
 
+def entry_point(benchmark_class):
+    """``main(argv=None)`` of a benchmark module: run the benchmark from the command line."""
+
+    def main(argv: Optional[List[str]] = None) -> Dict:
+        return run(benchmark_class(), argv)
+
+    return main
+
+
 def _add_ratios(rows: List[Dict], baselines: Dict[str, str]):
     """Per case: ``<column>`` = baseline time / case time, and ``memory_saved_vs_<baseline>`` = baseline's peak
     memory added / the case's (when both were measured)."""
