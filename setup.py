@@ -31,6 +31,12 @@ setup(
     entry_points={
         "console_scripts": [
             "fairseq-linattn-hydra-train = fairseq_linattn.cli.hydra_train:cli_main",
+            # the tools behind scripts/*.py, for installs without a checkout (they appear on the next pip install)
+            "fairseq-linattn-stdlib-corpus = fairseq_linattn.data.stdlib_corpus:main",
+            "fairseq-linattn-prepare-lm-data = fairseq_linattn.data.lm_data:main",
+            "fairseq-linattn-preprocess-glue = fairseq_linattn.data.glue:main",
+            "fairseq-linattn-warm-start = fairseq_linattn.cli.tools:warm_start",
+            "fairseq-linattn-spectrum = fairseq_linattn.cli.tools:spectrum",
         ]
     },
 )

@@ -25,25 +25,20 @@ import logging
 from argparse import Namespace
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Type
 
 import torch
 import torch.nn.functional as F
 from fairseq import checkpoint_utils
 from fairseq.dataclass.utils import overwrite_args_by_name
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, build_model
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_REGISTRY, build_model
 from fairseq.models.roberta import RobertaModel
 from omegaconf import OmegaConf
 
 from .attention.feature_maps import FeatureMap
 from .attention.projections import SequenceProjection
-from .models.linear_roberta import LinearRobertaModel
-from .models.linformer_roberta import LinformerRobertaModel
-from .models.roberta import SwappedAttentionRobertaModel
+from .models.roberta import SwappedAttentionRobertaModel  # the package import registers every model
 
-# the options each target model adds to RoBERTa's, taken from the models themselves
-TARGET_OPTIONS = {"linformer_roberta": LinformerRobertaModel.add_attention_args,
-                  "linear_roberta": LinearRobertaModel.add_attention_args}
 INIT_PROJECTIONS = ("default", "identity-like")
 # model-shape options that fairseq-train must repeat when it restores the converted checkpoint
 SHAPE_OPTIONS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads")
@@ -53,6 +48,17 @@ def option_names(add_args) -> List[str]:
     parser = argparse.ArgumentParser(add_help=False)
     add_args(parser)
     return [action.dest for action in parser._actions]
+
+
+def target_models() -> Dict[str, Type[SwappedAttentionRobertaModel]]:
+    """What a RoBERTa converts to: every registered RoBERTa with another attention (models/roberta.py), so that
+    a model family added there is a target too. Read when asked, after every model has registered."""
+    return {name: model for name, model in sorted(MODEL_REGISTRY.items()) if issubclass(model, SwappedAttentionRobertaModel)}
+
+
+def target_option_names(model: str) -> List[str]:
+    """The options ``model`` adds to RoBERTa's (its attention's), taken from the model itself."""
+    return option_names(target_models()[model].add_attention_args)
 
 
 # ---------------------------------------------------------------------------------------------- source
@@ -103,9 +109,9 @@ def target_model_args(source_args: Namespace, model: str, options: Dict[str, obj
                       max_positions: Optional[int] = None) -> Namespace:
     """The source's model args, renamed to our arch (``roberta_large`` -> ``linformer_roberta_large``) and
     with the target's options; the shape, dropout and positions stay the source's."""
-    if model not in TARGET_OPTIONS:
-        raise ValueError(f"unknown target model {model!r}; choose one of {sorted(TARGET_OPTIONS)}")
-    accepted = set(option_names(TARGET_OPTIONS[model]))
+    if model not in target_models():
+        raise ValueError(f"unknown target model {model!r}; choose one of {sorted(target_models())}")
+    accepted = set(target_option_names(model))
     foreign = sorted(name for name, value in options.items() if value is not None and name not in accepted)
     if foreign:
         raise ValueError(f"options {foreign} do not apply to {model}; it takes {sorted(accepted)}")
@@ -240,7 +246,7 @@ def training_flags(args: Namespace, model: str) -> List[str]:
     defaults = Namespace()
     ARCH_CONFIG_REGISTRY[args.arch](defaults)
     flags = ["--arch", args.arch, "--max-positions", str(args.max_positions)]
-    for name in (*SHAPE_OPTIONS, *option_names(TARGET_OPTIONS[model])):
+    for name in (*SHAPE_OPTIONS, *target_option_names(model)):
         value = getattr(args, name, None)
         if value is not None and value != getattr(defaults, name, None):
             flags += ["--" + name.replace("_", "-"), str(value)]
@@ -307,7 +313,8 @@ def main(argv: Optional[List[str]] = None) -> Conversion:
     parser.add_argument("output", help="where to write the converted checkpoint")
     parser.add_argument("--data", help="data-bin with the source's dict.txt (default: the one its cfg names); "
                                        "its valid split, if any, is the agreement sample")
-    parser.add_argument("--model", choices=sorted(TARGET_OPTIONS), default="linformer_roberta",
+    targets = target_models()
+    parser.add_argument("--model", choices=sorted(targets), default="linformer_roberta",
                         help="the model to convert to (default linformer_roberta)")
     parser.add_argument("--max-positions", type=int,
                         help="must equal the source's (its positional embeddings fix it); checked when given")
@@ -317,14 +324,17 @@ def main(argv: Optional[List[str]] = None) -> Conversion:
     parser.add_argument("--sample-split", default="valid", help="data split for the agreement summary")
     parser.add_argument("--sample-size", type=int, default=16, help="sequences in the agreement sample (0: skip)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the new projections / random features")
-    for add_args in TARGET_OPTIONS.values():
-        add_args(parser)
+    every_option = {}  # each flag once: models that share an options class add the same flags
+    for target in targets.values():
+        names = option_names(target.add_attention_args)
+        if not every_option.keys() >= set(names):
+            target.add_attention_args(parser)
+            every_option.update(dict.fromkeys(names))
     args = parser.parse_args(argv)
     # as fairseq_cli does: importing fairseq leaves the root logger at DEBUG (its text_to_speech task)
     logging.basicConfig(format="%(levelname)s | %(name)s | %(message)s", level=logging.INFO, force=True)
-    options = {name: getattr(args, name) for name in option_names(TARGET_OPTIONS[args.model])}
-    foreign = [name for other_model, add_args in TARGET_OPTIONS.items() if other_model != args.model
-               for name in option_names(add_args) if getattr(args, name) is not None]
+    options = {name: getattr(args, name) for name in target_option_names(args.model)}
+    foreign = [name for name in every_option if name not in options and getattr(args, name) is not None]
     if foreign:
         flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
         parser.error(f"{flags}: not an option of --model {args.model}")

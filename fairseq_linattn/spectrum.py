@@ -27,6 +27,7 @@ import torch
 from fairseq import checkpoint_utils
 from torch import Tensor, nn
 
+from .attention.ops.softmax import softmax_attention_weights
 from .data.spm import encode_lines
 
 DEFAULT_LENGTH = 512  # the paper's n
@@ -74,9 +75,7 @@ def context_mapping_matrices(attention: nn.Module, x: Tensor) -> Tensor:
         t, b, _ = projected.shape
         return projected.view(t, b, attention.num_heads, attention.head_dim).permute(1, 2, 0, 3)
 
-    q, k = heads(attention.q_proj(x)), heads(attention.k_proj(x))
-    scores = torch.matmul(q, k.transpose(-1, -2)).float() * attention.scaling
-    return torch.softmax(scores, dim=-1)
+    return softmax_attention_weights(heads(attention.q_proj(x)), heads(attention.k_proj(x)), scale=attention.scaling)
 
 
 def normalised_cumulative_singular_values(matrices: Tensor) -> Tensor:

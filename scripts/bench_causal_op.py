@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Benchmark the causal linear-attention op: forward + backward time and peak memory against its quadratic The
+"""Benchmark the causal linear-attention op: forward + backward time and peak memory against its quadratic
+reference, PyTorch's causal softmax attention (SDPA) and fast-transformers' CPU kernel (when installed). The
 benchmark itself: fairseq_linattn/bench/causal_op.py (--help for its options)."""
 from fairseq_linattn.bench.causal_op import main
 

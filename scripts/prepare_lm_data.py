@@ -1,11 +1,6 @@
 #!/usr/bin/env python
 """Command-line entry for :mod:`fairseq_linattn.data.lm_data` (see its docstring, or run with --help)."""
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # usable from a checkout
-
-from fairseq_linattn.data.lm_data import main  # noqa: E402
+from fairseq_linattn.data.lm_data import main
 
 if __name__ == "__main__":
     main()

@@ -14,7 +14,7 @@ from .ops.linear_attn import (
     linear_attention_weights,
     recurrent_linear_attention_step,
 )
-from .ops.softmax import softmax_attention, softmax_attention_reference
+from .ops.softmax import softmax_attention, softmax_attention_reference, softmax_attention_weights
 from .options import KernelOptions, LinformerOptions, SoftmaxOptions, check_heads, option, per_layer
 from .projections import PROJECTIONS, SequenceProjection, build_projection, register_projection
 
@@ -25,4 +25,5 @@ __all__ = [
     "causal_linear_attention_reference", "check_heads", "linear_attention", "linear_attention_reference",
     "linear_attention_weights", "option", "per_layer", "recurrent_linear_attention_step", "register_builder",
     "register_feature_map", "register_projection", "softmax_attention", "softmax_attention_reference",
+    "softmax_attention_weights",
 ]

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .ops.linear_attn.utils import compute_dtype  # φ in the dtype the ops accumulate in (see above)
 from .registry import make_registry
 from .workers import check_same_on_every_worker
 
@@ -35,10 +36,6 @@ def build_feature_map(name: str, head_dim: int, **options) -> "FeatureMap":
             f"feature map {name!r} got options {sorted(options)}, it accepts {accepted} ({error})"
         ) from None
     return cls(head_dim, **options)
-
-
-def _compute_dtype(x: Tensor) -> torch.dtype:
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
 class FeatureMap(nn.Module):
@@ -72,7 +69,7 @@ class EluFeatureMap(FeatureMap):
     def forward(self, x, is_query):
         # +1 in place: elu's backward reads its input, not its output, and one fewer tensor of the input's
         # size is allocated (on CPU, each is page-faulted in again)
-        return F.elu(x.to(_compute_dtype(x))).add_(1.0)
+        return F.elu(x.to(compute_dtype(x))).add_(1.0)
 
 
 @register_feature_map("relu")
@@ -80,7 +77,7 @@ class ReluFeatureMap(FeatureMap):
     """relu(x): non-negative, but all zero for some queries, whose output is then 0 (eps in the normaliser)."""
 
     def forward(self, x, is_query):
-        return F.relu(x.to(_compute_dtype(x)))
+        return F.relu(x.to(compute_dtype(x)))
 
 
 @register_feature_map("favor")
@@ -157,7 +154,7 @@ class FavorFeatureMap(FeatureMap):
             self._checked_draw = int(self.draw_index)
 
     def exponent(self, x: Tensor) -> Tensor:
-        dtype = _compute_dtype(x)
+        dtype = compute_dtype(x)
         x = x.to(dtype) * self.head_dim**-0.25
         return torch.matmul(x, self.omega.to(dtype).t()) - x.pow(2).sum(-1, keepdim=True) / 2
 

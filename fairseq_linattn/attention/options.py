@@ -8,7 +8,7 @@ examples/linformer dies there with "invalid argument compressed"). We read each 
 
 :func:`.builders.build_attention` turns options into an attention module for one layer.
 """
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, List, NamedTuple, Optional, Sequence, Union
 
 from fairseq.utils import safe_getattr
@@ -86,6 +86,19 @@ class MechanismOptions:
     @classmethod
     def flag_values(cls, args: Any) -> dict:
         return {name: option(args, name, flag.default) for name, flag in cls.FLAGS.items()}
+
+    @classmethod
+    def add_config_fields(cls, config_class):
+        """Class decorator for a fairseq model config (a subclass of a FairseqDataclass such as transformer_lm's):
+        the dataclass with one field per flag after its own, for the models whose options fairseq reads from their
+        dataclass (``register_model(name, dataclass=...)``: fairseq-train's parser, fairseq-hydra-train's config)
+        rather than from ``add_args``. The defaults and help stay in ``FLAGS``."""
+        annotations = dict(config_class.__dict__.get("__annotations__", {}))
+        for name, flag in cls.FLAGS.items():
+            annotations[name] = flag.type if flag.default is not None else Optional[flag.type]
+            setattr(config_class, name, field(default=flag.default, metadata={"help": flag.help}))
+        config_class.__annotations__ = annotations
+        return dataclass(config_class)
 
     def identity(self) -> dict:
         """{flag: value} for the options that decide what the weights mean but that no tensor shape shows: a

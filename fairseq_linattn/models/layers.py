@@ -113,3 +113,14 @@ class SwappedAttentionDecoder(BuildsAttention, TransformerDecoder):
         cfg = TransformerConfig.from_namespace(cfg)
         attn = self.next_attention(cfg, causal=True)
         return wrap_layer(DecoderLayer(cfg, attn, no_encoder_attn=True), cfg)
+
+    def extract_features(self, prev_output_tokens, *args, **kwargs):
+        if prev_output_tokens.size(1) == 0:  # nothing to attend to; fairseq's sinusoidal positions cannot reshape 0 tokens
+            x = self.embed_tokens.weight.new_zeros(prev_output_tokens.size(0), 0, self.output_embed_dim)
+            return x, {"attn": [None], "inner_states": [x.transpose(0, 1)]}
+        return super().extract_features(prev_output_tokens, *args, **kwargs)
+
+    def buffered_future_mask(self, tensor):
+        # Causality is a property of the attention itself (the factory builds it causal, or refuses). fairseq's
+        # mask is an n x n tensor (1 GB at n = 16384), which would make training memory quadratic again.
+        return None

@@ -1,12 +1,17 @@
 """The attention factory: options read once, each mechanism built per layer, shared modules handed back, and a
-new model family made of names only."""
+new mechanism and a new model family as README's Contributing section shows them (its code blocks, run as written)."""
+import argparse
+import re
+import textwrap
 from argparse import Namespace
+from pathlib import Path
 
 import pytest
 import torch
 from fairseq.models import ARCH_MODEL_REGISTRY
 
 from fairseq_linattn.attention import (
+    BUILDERS,
     KernelAttention,
     KernelOptions,
     LayerShape,
@@ -18,6 +23,17 @@ from fairseq_linattn.attention import (
 )
 from fairseq_linattn.attention.options import identity_option_names
 from tests.models.builders import SMALL_ENCODER, build
+from tests.reference import assert_matches_reference
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_example(item: str) -> str:
+    """The python block of the README's Contributing item ``* **<item>**``, so that what it shows is what runs."""
+    section = README.read_text(encoding="utf-8").split(f"* **{item}**", 1)[1].split("\n* **", 1)[0]
+    block = re.search(r"```python\n(.*?)```", section, flags=re.S)
+    assert block, f"README's {item!r} item has no python block"
+    return textwrap.dedent(block.group(1))
 
 
 def test_each_mechanism_is_built_from_its_options():
@@ -48,9 +64,33 @@ def test_options_are_read_once_with_the_defaults_in_one_place():
     assert {"feature_map", "compressed", "encoder_attention_heads"} <= identity_option_names()
 
 
+def test_a_new_mechanism_is_an_options_class_an_attention_and_a_builder():
+    """README's "A mechanism": cosine attention with its flag, from the command line to the module, built by the
+    factory (and refused where it cannot be causal)."""
+    example = {"__name__": "readme_mechanism"}
+    exec(compile(readme_example("A mechanism"), f"{README} (A mechanism)", "exec"), example)
+    options_class, attention_class = example["CosineOptions"], example["CosineAttention"]
+    try:
+        parser = argparse.ArgumentParser()
+        options_class.add_args(parser)
+        options = options_class.from_args(parser.parse_args(["--cosine-temperature", "0.5"]))
+        attention = build_attention(options, 0, LayerShape(32, 4)).eval()
+        assert isinstance(attention, attention_class) and attention.temperature == 0.5
+        x = torch.randn(7, 2, 32)
+        out, weights = attention(x, x, x, need_weights=True)
+        assert out.shape == x.shape and torch.allclose(weights.sum(-1), torch.ones(2, 7))
+        with torch.no_grad():  # cosine scores do not see the queries' norms
+            attention.q_proj.weight.mul_(3.0), attention.q_proj.bias.mul_(3.0)
+        assert_matches_reference(attention(x, x, x)[0], out, 1e-5)
+        with pytest.raises(ValueError, match="bidirectional"):
+            build_attention(options, 0, LayerShape(32, 4, causal=True))
+    finally:
+        BUILDERS.pop(options_class)  # the factory's table as the package fills it, for the other tests
+
+
 def test_a_new_model_family_is_only_names():
-    """What README's "Adding a model family" shows: RoBERTa with PyTorch's fused softmax attention, built by the
-    same factory, in eight lines and no construction code."""
+    """README's "A model family": RoBERTa with PyTorch's fused softmax attention, built by the same factory, in
+    eight lines and no construction code."""
     from fairseq.models import register_model
 
     from fairseq_linattn.models.layers import SwappedAttentionEncoder
@@ -61,17 +101,11 @@ def test_a_new_model_family_is_only_names():
     )
 
     if "sdpa_roberta" not in ARCH_MODEL_REGISTRY:
-        class SdpaTransformerEncoder(SwappedAttentionEncoder):
-            options_class = SoftmaxOptions
-
-        class SdpaRobertaEncoder(SwappedAttentionRobertaEncoder):
-            sentence_encoder_class = SdpaTransformerEncoder
-
-        @register_model("sdpa_roberta")
-        class SdpaRobertaModel(SwappedAttentionRobertaModel):
-            encoder_class = SdpaRobertaEncoder
-
-        register_roberta_archs("sdpa_roberta", SoftmaxOptions)
+        names = dict(register_model=register_model, SwappedAttentionEncoder=SwappedAttentionEncoder,
+                     SwappedAttentionRobertaEncoder=SwappedAttentionRobertaEncoder, SoftmaxOptions=SoftmaxOptions,
+                     SwappedAttentionRobertaModel=SwappedAttentionRobertaModel,
+                     register_roberta_archs=register_roberta_archs, __name__="readme_model_family")
+        exec(compile(readme_example("A model family"), f"{README} (A model family)", "exec"), names)
 
     model, task = build("sdpa_roberta_base", **SMALL_ENCODER)
     attentions = [m for m in model.modules() if isinstance(m, SoftmaxAttention)]

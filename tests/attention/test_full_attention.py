@@ -4,6 +4,7 @@ import torch
 from fairseq.modules import MultiheadAttention
 
 from fairseq_linattn.attention.full import SoftmaxAttention
+from tests.reference import assert_grads_match_reference, assert_matches_reference
 
 C, H = 32, 4
 
@@ -33,9 +34,9 @@ def test_matches_fairseq_multihead_attention(need_weights, pad):
     mask = None if pad is None else padding([13, 9, 4], 13, left=pad == "left")
     out, w = ours(x, x, x, key_padding_mask=mask, need_weights=need_weights)
     ref, ref_w = mha(x, x, x, key_padding_mask=mask, need_weights=need_weights)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert_matches_reference(out, ref, rtol=1e-5, atol=1e-5)
     if need_weights:
-        torch.testing.assert_close(w, ref_w, rtol=1e-5, atol=1e-6)
+        assert_matches_reference(w, ref_w, rtol=1e-5, atol=1e-6)
     else:
         assert w is None
 
@@ -49,12 +50,12 @@ def test_causal_attn_mask_and_padding(need_weights):
     mask = padding([11, 7], t)
     out, w = ours(x, x, x, key_padding_mask=mask, attn_mask=future, need_weights=need_weights)
     ref, ref_w = mha(x, x, x, key_padding_mask=mask, attn_mask=future, need_weights=need_weights)
-    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    assert_matches_reference(out, ref, rtol=1e-5, atol=1e-5)
     if need_weights:
-        torch.testing.assert_close(w, ref_w, rtol=1e-5, atol=1e-6)
+        assert_matches_reference(w, ref_w, rtol=1e-5, atol=1e-6)
     # a bool mask (True = masked out) means the same
     out_bool, _ = ours(x, x, x, key_padding_mask=mask, attn_mask=torch.isinf(future), need_weights=need_weights)
-    torch.testing.assert_close(out_bool, out, rtol=1e-6, atol=1e-6)
+    assert_matches_reference(out_bool, out, rtol=1e-6, atol=1e-6)
 
 
 def test_head_weights_and_gradients():
@@ -68,13 +69,11 @@ def test_head_weights_and_gradients():
     # fairseq's fast path (F.multi_head_attention_forward) averages over heads even when head weights are
     # asked for; ours returns them per head (H x B x T x S), as fairseq's own slow path does
     assert hw.shape == (H, 2, 9, 9)
-    torch.testing.assert_close(hw.mean(0), ref_hw, rtol=1e-5, atol=1e-6)
-    out.square().sum().backward()
-    ref.square().sum().backward()
-    torch.testing.assert_close(x.grad, x_ref.grad, rtol=1e-4, atol=1e-5)
+    assert_matches_reference(hw.mean(0), ref_hw, rtol=1e-5, atol=1e-6)
+    names = [name for name, _ in ours.named_parameters()]
     ref_params = dict(mha.named_parameters())
-    for name, p in ours.named_parameters():
-        torch.testing.assert_close(p.grad, ref_params[name].grad, rtol=1e-4, atol=1e-5)
+    assert_grads_match_reference(out, ref, [x, *ours.parameters()], names=["x", *names], rtol=1e-4, atol=1e-5,
+                                 ref_inputs=[x_ref, *(ref_params[name] for name in names)])
 
 
 def test_refuses_incremental_state():

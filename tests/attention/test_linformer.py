@@ -43,8 +43,8 @@ def test_identity_projection_equals_softmax_attention():
     x = torch.randn(N, 2, C)
     ours, ours_w = attn(x, x, x, need_weights=True)
     ref, ref_w = mha(x, x, x, need_weights=True)
-    torch.testing.assert_close(ours, ref, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(ours_w, ref_w, rtol=1e-5, atol=1e-6)
+    assert_matches_reference(ours, ref, rtol=1e-5, atol=1e-6)
+    assert_matches_reference(ours_w, ref_w, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", sorted(PROJECTIONS))

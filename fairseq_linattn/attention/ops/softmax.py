@@ -28,15 +28,22 @@ def softmax_attention_reference(
     """softmax(q k^T * scale + masks) v with q: B x H x T x D, k, v: B x H x S x D.
 
     Returns the output (B x H x T x D, dtype of q) and the weights before dropout (B x H x T x S)."""
-    mask, no_key = _additive_mask(key_padding_mask, attn_mask, q)
-    scale = q.size(-1) ** -0.5 if scale is None else scale
-    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
-    if mask is not None:
-        scores = scores + mask
-    weights = torch.softmax(scores, dim=-1)
+    weights, no_key = _weights(q, k, key_padding_mask, scale, attn_mask)
     probs = F.dropout(weights, p=dropout_p, training=dropout_p > 0)
     out = torch.matmul(probs, v.float()).to(q.dtype)
     return _zero_rows(out, no_key), _zero_rows(weights.to(q.dtype), no_key)
+
+
+def softmax_attention_weights(
+    q: Tensor,
+    k: Tensor,
+    key_padding_mask: Optional[Tensor] = None,
+    scale: Optional[float] = None,
+    attn_mask: Optional[Tensor] = None,
+) -> Tensor:
+    """The weights alone, softmax(q k^T * scale + masks): B x H x T x S in fp32 (for analyses of the attention
+    matrix itself, e.g. its spectrum, which want no rounding to q's dtype); rows with no key left are zeros."""
+    return _zero_rows(*_weights(q, k, key_padding_mask, scale, attn_mask))
 
 
 def softmax_attention(
@@ -57,6 +64,17 @@ def softmax_attention(
     mask = None if mask is None else mask.to(q.dtype)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=scale)
     return _zero_rows(out, no_key), None
+
+
+def _weights(q: Tensor, k: Tensor, key_padding_mask: Optional[Tensor], scale: Optional[float],
+             attn_mask: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
+    """fp32 weights (rows with no key left not yet zeroed) and those rows (see :func:`_additive_mask`)."""
+    mask, no_key = _additive_mask(key_padding_mask, attn_mask, q)
+    scale = q.size(-1) ** -0.5 if scale is None else scale
+    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    if mask is not None:
+        scores = scores + mask
+    return torch.softmax(scores, dim=-1), no_key
 
 
 def _additive_mask(

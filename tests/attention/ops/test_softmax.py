@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from fairseq_linattn.attention.ops.softmax import softmax_attention, softmax_attention_reference
+from tests.reference import assert_matches_reference
 
 
 def test_fused_softmax_path_matches_reference():
@@ -12,7 +13,7 @@ def test_fused_softmax_path_matches_reference():
     mask[0, 20:] = True
     fused, _ = softmax_attention(q, k, v, key_padding_mask=mask, need_weights=False)
     ref, _ = softmax_attention_reference(q, k, v, key_padding_mask=mask)
-    torch.testing.assert_close(fused, ref, rtol=1e-5, atol=1e-6)
+    assert_matches_reference(fused, ref, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("need_weights", [False, True])

@@ -1,0 +1,70 @@
+"""fairseq's transformer_lm with a different self-attention: the shared plumbing of our language models.
+
+fairseq's ``TransformerLanguageModel.build_model`` names ``TransformerDecoder``; the subclass here makes it a
+class attribute, so a model only says which decoder (i.e. which attention) it uses. Its config is
+transformer_lm's dataclass plus the attention's flags (``@MyOptions.add_config_fields``), and
+:func:`register_lm_archs` gives it transformer_lm's sizes::
+
+    @KernelOptions.add_config_fields
+    class LinearTransformerLanguageModelConfig(TransformerLanguageModelConfig):
+        pass
+
+    @register_model("linear_transformer_lm", dataclass=LinearTransformerLanguageModelConfig)
+    class LinearTransformerLanguageModel(SwappedAttentionLanguageModel):
+        decoder_class = LinearTransformerDecoder
+
+    register_lm_archs("linear_transformer_lm")
+"""
+from typing import Sequence
+
+from fairseq.models import MODEL_REGISTRY, register_model_architecture
+from fairseq.models import transformer_lm as fairseq_lm
+from fairseq.models.transformer_lm import DEFAULT_MAX_TARGET_POSITIONS, TransformerLanguageModel
+from fairseq.utils import safe_getattr
+
+from .checkpoint_fit import ChecksCheckpointFit
+
+# transformer_lm's sizes that each of our language models takes over as <model_name>_<size>
+LM_SIZES = ("big", "gpt", "gpt2_tiny", "gpt2_small", "gpt2_medium")
+# fairseq's input embeddings that build_model does not build (our decoders take a plain embedding)
+UNSUPPORTED_EMBEDDINGS = ("character_embeddings", "adaptive_input")
+
+
+class SwappedAttentionLanguageModel(ChecksCheckpointFit, TransformerLanguageModel):
+    decoder_class = None  # a .layers.SwappedAttentionDecoder subclass
+
+    @classmethod
+    def attention_stack(cls):
+        return cls.decoder_class
+
+    @classmethod
+    def build_model(cls, args, task):
+        # TransformerLanguageModel.build_model, with our decoder class
+        for unsupported in UNSUPPORTED_EMBEDDINGS:
+            if safe_getattr(args, unsupported, False):
+                raise NotImplementedError(f"{registered_name(cls)} does not support --{unsupported.replace('_', '-')}")
+        if safe_getattr(args, "decoder_layers_to_keep", None):
+            args.decoder_layers = len(args.decoder_layers_to_keep.split(","))
+        if safe_getattr(args, "max_target_positions", None) is None:
+            args.max_target_positions = safe_getattr(args, "tokens_per_sample", DEFAULT_MAX_TARGET_POSITIONS)
+        embed_tokens = cls.build_embedding(args, task.source_dictionary, args.decoder_input_dim)
+        return cls(cls.decoder_class(args, task.target_dictionary, embed_tokens))
+
+    @classmethod
+    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".",
+                        bpe="sentencepiece", **kwargs):
+        """fairseq's hub loader (``sample()``, ``score()``), sentencepiece by default (no BPE download)."""
+        return super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, bpe=bpe, **kwargs)
+
+
+def registered_name(cls) -> str:
+    """The name ``cls`` is registered under with ``register_model`` (the class name if none)."""
+    return next((name for name, model in MODEL_REGISTRY.items() if model is cls), cls.__name__)
+
+
+def register_lm_archs(model_name: str, sizes: Sequence[str] = LM_SIZES):
+    """``<model_name>_<size>`` for each size: fairseq's ``transformer_lm_<size>`` arch function, one for one.
+    (``<model_name>`` itself is registered by ``register_model`` with the dataclass defaults: 6 x 512, like
+    transformer_lm.)"""
+    for size in sizes:
+        register_model_architecture(model_name, f"{model_name}_{size}")(getattr(fairseq_lm, f"transformer_lm_{size}"))
