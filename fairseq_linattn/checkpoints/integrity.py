@@ -16,9 +16,15 @@ _PICKLE_PROTOCOL = b"\x80"  # torch's legacy (non-zip) format starts with a pick
 
 
 def atomic_copy(src: str, dst: str) -> None:
-    """Copy ``src`` to ``dst`` so that ``dst`` is always either its old content or the complete new one."""
+    """Copy ``src`` to ``dst`` so that ``dst`` is always either its old content or the complete new one.
+
+    The data reaches the disk before the rename (fsync), so that a machine that loses power right after the
+    rename does not leave a complete name over incomplete data. A ``.partial`` left by a kill is overwritten
+    by the next copy."""
     partial = f"{dst}.partial"
     shutil.copyfile(src, partial)
+    with open(partial, "rb") as f:
+        os.fsync(f.fileno())
     os.replace(partial, dst)
 
 

@@ -86,8 +86,8 @@ def call_main_with_cpu_workers(original):
         if dist.ddp_backend == "fully_sharded" and (cfg.common.cpu or not torch.cuda.is_available()):
             raise ValueError(
                 "--ddp-backend fully_sharded needs CUDA: fairscale's FullyShardedDataParallel moves a tensor to "
-                "the GPU to check its process group and uses CUDA streams and torch.cuda.synchronize() to gather "
-                "and reduce the shards. On CPU use --ddp-backend pytorch_ddp (the default) or no_c10d."
+                "the GPU to check its process group and gathers the shards on CUDA streams (given a CPU device, its "
+                "first forward stops there). On CPU use --ddp-backend pytorch_ddp (the default) or no_c10d."
             )
         _bf16_without_tpu(cfg)
         try:

@@ -58,6 +58,19 @@ def test_atomic_copy_leaves_whole_files(tmp_path):
     assert unreadable_reason(str(cut)).startswith("it is truncated")
 
 
+def test_fairseq_copies_checkpoints_with_the_atomic_copy(tmp_path, monkeypatch):
+    """fairseq's save_checkpoint copies through ``checkpoint_utils.PathManager``: the plugin's stands there."""
+    from fairseq import checkpoint_utils
+
+    import fairseq_linattn  # noqa: F401  (installs the fixes)
+
+    copies = []
+    monkeypatch.setattr("fairseq_linattn.compat.checkpoints.atomic_copy", lambda src, dst: copies.append((src, dst)))
+    src = fake_checkpoint(tmp_path / "checkpoint_1_5.pt", 5)
+    checkpoint_utils.PathManager.copy(str(src), str(tmp_path / "checkpoint_last.pt"), overwrite=True)
+    assert copies == [(str(src), str(tmp_path / "checkpoint_last.pt"))]
+
+
 def test_fallback_prefers_progress_skips_the_unreadable_and_the_excluded(tmp_path):
     fake_checkpoint(tmp_path / "checkpoint_1_5.pt", 5)
     fake_checkpoint(tmp_path / "checkpoint_best.pt", 10)  # a copy of checkpoint_1_10, written after it

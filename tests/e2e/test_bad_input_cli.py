@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from .cli import COMMON, LANGUAGE_MODEL, MASKED_LM, USER_DIR, run
+from .cli import COMMON, LANGUAGE_MODEL, MASKED_LM, MODELS, USER_DIR, run
 
 LM = [*LANGUAGE_MODEL, "--arch", "linear_transformer_lm"]
 MLM = MASKED_LM
@@ -37,13 +37,23 @@ BAD_OPTIONS = {
                      "--compressed is n/k and must be in [1, --max-positions 64], got 0,0"),
     "compressed-negative": ([*MLM, "--arch", "linformer_roberta_base", "--compressed", "-2"],
                             "--compressed is n/k and must be in [1, --max-positions 64], got -2,-2"),
-    "conv-ratio": ([*MLM, "--arch", "linformer_roberta_base", "--compressed", "3", "--compress-projection", "conv"],
-                   "--compress-projection conv pools windows of n/k positions, so k must divide --max-positions 64"),
+    "compressed-above-n": ([*MLM, "--arch", "linformer_roberta_base", "--compressed", "65"],
+                           "--compressed is n/k and must be in [1, --max-positions 64], got 65,65"),
+    "compressed-length-0": ([*MLM, "--arch", "linformer_roberta_base", "--compressed-length", "0"],
+                            "--compressed-length (k) must be in [1, --max-positions 64], got 0,0"),
+    **{f"{kind}-ratio": ([*MLM, "--arch", "linformer_roberta_base", "--compressed", "3", "--compress-projection", kind],
+                         f"--compress-projection {kind} pools windows of n/k positions, so k must divide --max-positions 64")
+       for kind in ("conv", "mean", "max")},
     "chunk-size-0": ([*LM, "--chunk-size", "0"], "--chunk-size must be >= 1"),
     "unknown-feature-map": ([*LM, "--feature-map", "softmax"], "--feature-map 'softmax' is not a feature map"),
     "favor-features": ([*LM, "--feature-map", "favor", "--favor-features", "-1"], "--favor-features must be >= 0"),
-    "heads": ([*MLM, "--arch", "linear_roberta_base", "--encoder-attention-heads", "5"],
-              "--encoder-attention-heads 5 must divide --encoder-embed-dim 64"),
+    "favor-redraw": ([*LM, "--feature-map", "favor", "--favor-redraw-interval", "-1"],
+                     "--favor-redraw-interval must be >= 0"),
+    "heads-linear-roberta": ([*MLM, "--arch", "linear_roberta_base", "--encoder-attention-heads", "5"],
+                             "--encoder-attention-heads 5 must divide --encoder-embed-dim 64"),
+    "heads-linformer": ([*MLM, "--arch", "linformer_roberta_base", "--encoder-attention-heads", "3"],
+                        "--encoder-attention-heads 3 must divide --encoder-embed-dim 64"),
+    "heads-lm": ([*LM, "--decoder-attention-heads", "6"], "--decoder-attention-heads 6 must divide --decoder-embed-dim 64"),
 }
 
 
@@ -51,7 +61,7 @@ BAD_OPTIONS = {
 def test_invalid_options_stop_at_start_up(case, mlm_data, tmp_path):
     args, message = BAD_OPTIONS[case]
     log = train(mlm_data, tmp_path, *args, check=False)
-    assert message in log, log[-2000:]
+    assert message in log and log.returncode != 0, log[-2000:]
     assert "train_inner" not in log and not list(tmp_path.glob("*.pt"))  # before the first update
     assert "Error" in log.strip().splitlines()[-1]  # the message is the last line, not a torch traceback
 
@@ -68,17 +78,28 @@ def test_checkpoints_that_do_not_fit_name_the_cause(mlm_data, lm_checkpoint, lin
     log = run("fairseq-eval-lm", other, "--user-dir", USER_DIR, "--path", checkpoint, "--cpu", "--tokens-per-sample",
               "64", check=False)
     assert re.search(r"the checkpoint's dictionary has \d+ symbols, this model's \d+: use the data \(dict.txt\)", log)
+    assert log.returncode != 0 and "Perplexity" not in log
     # elu and relu have no weights to tell them apart; the heads do not change any shape
     for override, message in (("{'feature_map': 'relu'}", "--feature-map: 'elu' in the checkpoint, 'relu' here"),
                               ("{'decoder_attention_heads': 8}", "--decoder-attention-heads: 4 in the checkpoint, 8 here")):
         log = run("fairseq-eval-lm", mlm_data, "--user-dir", USER_DIR, "--path", checkpoint, "--cpu",
                   "--tokens-per-sample", "64", "--model-overrides", override, check=False)
-        assert message in log and "Perplexity" not in log, log[-2000:]
+        assert message in log and "Perplexity" not in log and log.returncode != 0, log[-2000:]
     # restoring into other options
     log = train(mlm_data, tmp_path / "favor", *LM, "--feature-map", "favor", "--restore-file", checkpoint, check=False)
     assert "--feature-map: 'elu' in the checkpoint, 'favor' here" in log and "train_inner" not in log
+    assert log.returncode != 0
     # the cause is the error fairseq-train ends with, not fairseq's "please ensure that the architectures match"
     assert log.strip().splitlines()[-1].startswith("fairseq_linattn.checkpoints.errors.IncompatibleCheckpointError")
+    log = train(mlm_data, tmp_path / "heads", *LM, "--decoder-attention-heads", "8", "--restore-file", checkpoint,
+                check=False)
+    assert "--decoder-attention-heads: 4 in the checkpoint, 8 here" in log and log.returncode != 0, log[-2000:]
+    log = train(other, tmp_path / "dict", *LM, "--restore-file", checkpoint, check=False)
+    assert re.search(r"the checkpoint's dictionary has \d+ symbols, this model's \d+", log) and log.returncode != 0
+    log = train(mlm_data, tmp_path / "same-n", *MLM, "--arch", "linformer_roberta_base", "--compressed", "8",
+                "--restore-file", linformer_checkpoint / "checkpoint_last.pt", check=False)
+    assert "k per layer (--compressed / --compressed-length): [16, 16] in the checkpoint, [8, 8] here" in log
+    assert "train_inner" not in log and log.returncode != 0
     log = train(mlm_data, tmp_path / "k", *MLM, "--arch", "linformer_roberta_base", "--max-positions", "32",
                 "--tokens-per-sample", "32", "--restore-file", linformer_checkpoint / "checkpoint_last.pt", check=False)
     assert "--max-positions: 64 in the checkpoint, 32 here; k per layer (--compressed / --compressed-length): " \
@@ -93,7 +114,7 @@ def test_a_damaged_checkpoint_file_names_the_damage(damage, mlm_data, lm_checkpo
     log = run("fairseq-eval-lm", mlm_data, "--user-dir", USER_DIR, "--path", path, "--cpu", "--tokens-per-sample",
               "64", check=False)
     what = "it is truncated" if damage == "truncated" else "it is empty (0 bytes)"
-    assert f"CorruptCheckpointError: cannot load {path}: {what}" in log, log[-2000:]
+    assert f"CorruptCheckpointError: cannot load {path}: {what}" in log and log.returncode != 0, log[-2000:]
 
 
 def test_a_missing_restore_file_is_an_error_and_nothing_is_overwritten(mlm_data, lm_checkpoint, tmp_path):
@@ -103,6 +124,7 @@ def test_a_missing_restore_file_is_an_error_and_nothing_is_overwritten(mlm_data,
     log = train(mlm_data, lm_checkpoint, *LM, "--restore-file", "checkpoint_1_2.pt", updates=6, check=False)
     assert ("--restore-file checkpoint_1_2.pt does not exist (relative names are resolved against the working "
             "directory") in log and f"pass --restore-file {lm_checkpoint}/checkpoint_1_2.pt" in log
+    assert log.returncode != 0
     assert {p.name: p.stat().st_mtime_ns for p in lm_checkpoint.iterdir()} == before
 
 
@@ -122,18 +144,18 @@ def test_evaluating_zero_tokens_is_an_error(mlm_data, lm_checkpoint, tmp_path):
     log = run("fairseq-eval-lm", mlm_data, "--user-dir", USER_DIR, "--path", checkpoint, "--cpu", check=False)
     assert "samples are longer than the model accepts (max_positions=64), so none is left" in log
     assert "--context-window" in log and "--tokens-per-sample" in log and "Perplexity" not in log
+    assert log.returncode != 0
     log = run("fairseq-validate", mlm_data, "--user-dir", USER_DIR, "--task", "language_modeling", "--path",
               checkpoint, "--cpu", "--tokens-per-sample", "4", "--sample-break-mode", "eos",
               "--skip-invalid-size-inputs-valid-test", "--batch-size", "4", check=False)
-    assert "so none is left" in log and "IndexError" not in log
+    assert "so none is left" in log and "IndexError" not in log and log.returncode != 0
 
 
-@pytest.mark.parametrize("model", [[*MLM, "--arch", "linformer_roberta_base"], [*MLM, "--arch", "linear_roberta_base"],
-                                   [*LM, "--feature-map", "favor"]], ids=["linformer", "linear_roberta", "lm-favor"])
+@pytest.mark.parametrize("model", MODELS)
 def test_bf16_trains_on_cpu(model, mlm_data, tmp_path):
     """fairseq 0.12's --bf16 also turned on --tpu and died without torch_xla; the plugin trains in bf16 where
     the other options say (CPU here). fp16 needs CUDA (the GPU suite covers it)."""
-    log = train(mlm_data, tmp_path, *model, "--bf16", "--no-save")
+    log = train(mlm_data, tmp_path, *MODELS[model], "--bf16", "--no-save")
     found = re.findall(r"\| loss ([0-9.]+|nan|inf) .*num_updates 4", log)
     assert found and all(loss not in ("nan", "inf") for loss in found), log[-2000:]
     assert "training in bfloat16 on CPU" in log

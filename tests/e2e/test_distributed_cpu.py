@@ -4,6 +4,7 @@ in bounded time (and it resumes), and FSDP's per-layer wrapping matches fairseq'
 import os
 import re
 import sys
+import time
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from .processes import Background, alive, spawned_workers, wait_gone
 FAIRSEQ_TRAIN = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
 GLOO = ["--distributed-backend", "gloo"]
 NO_DROPOUT = ["--dropout", "0", "--attention-dropout", "0"]
+STOPPED_WITHIN_S = 15  # a dead worker ends the run (the others stopped, the parent exited) within this
 
 
 def train_two_workers(data, save_dir, launcher):
@@ -91,8 +93,10 @@ def test_a_dead_worker_stops_the_run_with_a_message_and_it_resumes(mlm_data, tmp
                        timeout=180, what="a checkpoint and two more updates")
     workers = spawned_workers(started.pid)
     assert len(workers) == 2
+    killed = time.monotonic()
     os.kill(workers[1], 9)  # as the OOM killer would
     assert started.wait(timeout=60) != 0
+    assert time.monotonic() - killed < STOPPED_WITHIN_S  # the README's Reliability table says so
     assert "distributed worker 1 died (killed by SIGKILL); the other workers were stopped" in started.log()
     assert f"Run the same command again to resume from {save}/checkpoint_last.pt" in started.log()
     assert not any(alive(pid) for pid in workers)
@@ -116,6 +120,41 @@ def test_fsdp_on_cpu_stops_at_start_up_with_the_reason(mlm_data, tmp_path):
               "2", "--ddp-backend", "fully_sharded", check=False)
     assert "--ddp-backend fully_sharded needs CUDA: fairscale's FullyShardedDataParallel" in log
     assert "Torch not compiled with CUDA" not in log  # where fairscale itself stopped
+
+
+FSDP_PROBE = """
+import sys, tempfile, traceback
+import torch, torch.distributed as dist, torch.multiprocessing as mp
+
+def worker(rank, store, compute_device):
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
+    from fairseq.distributed.fully_sharded_data_parallel import FullyShardedDataParallel
+    try:  # fairseq's wrapper, with the process group as fairseq-train passes it
+        kwargs = {"compute_device": torch.device(compute_device)} if compute_device else {}
+        model = FullyShardedDataParallel(torch.nn.Linear(4, 4), process_group=dist.group.WORLD, **kwargs)
+        model(torch.randn(2, 4)).sum().backward()
+        print("TRAINED")
+    except Exception as error:
+        where = traceback.extract_tb(error.__traceback__)
+        fairscale = [f.name for f in where if "fairscale" in f.filename]
+        print(f"STOPPED rank {rank}: {type(error).__name__}: {str(error)[:80]} in {fairscale[-1]}", flush=True)
+
+if __name__ == "__main__":
+    mp.spawn(worker, args=(tempfile.mktemp(), sys.argv[1] if len(sys.argv) > 1 else None), nprocs=2)
+"""
+
+
+def test_fairscale_fsdp_stops_on_cpu_where_the_readme_says(tmp_path):
+    """Why the plugin refuses fully_sharded on CPU, shown with two gloo workers and fairscale itself: with
+    fairseq's arguments, FSDP's constructor sends a tensor to CUDA to check the process group; given a CPU
+    compute device, it wraps but its first forward looks for its CUDA streams."""
+    pytest.importorskip("fairscale")
+    (tmp_path / "probe.py").write_text(FSDP_PROBE)
+    log = run(os.path.basename(sys.executable), tmp_path / "probe.py", timeout=120)
+    assert log.count("in validate_process_group") == 2 and "TRAINED" not in log, log[-3000:]
+    assert "Torch not compiled with CUDA enabled" in log
+    log = run(os.path.basename(sys.executable), tmp_path / "probe.py", "cpu", timeout=120)
+    assert log.count("KeyError: 'all_gather' in _rebuild_full_params") == 2 and "TRAINED" not in log, log[-3000:]
 
 
 FSDP_MODELS = {

@@ -74,10 +74,13 @@ def test_kills_while_checkpoints_are_written_never_break_the_restart(mlm_data, u
         started.kill()
         log = started.log()
         assert attempt == 0 or "Loaded checkpoint" in log, log[-3000:]
+        # the copy to checkpoint_last.pt is atomic: a kill never leaves it damaged (fairseq's in-place copy did,
+        # 2 kills in 5), so the fallback to an older checkpoint is never needed here
+        assert "cannot be loaded" not in log, log[-3000:]
         if max(losses(log), default=0) >= UPDATES - 1:
             break
     log = run("fairseq-train", *args)
-    assert "Loaded checkpoint" in log
+    assert "Loaded checkpoint" in log and "cannot be loaded" not in log
     assert_same_tensors(final_state(save), final_state(uninterrupted("lm-elu")[0]))
 
 
