@@ -76,6 +76,17 @@ class Benchmark:
         return None
 
 
+class Study(Benchmark):
+    """A benchmark that runs whole experiments (fairseq's command lines, say) instead of timing calls: it
+    fills ``data["results"]`` itself in :meth:`measure`; the runner still gives it the command line, the
+    machine line and the md/json/png outputs."""
+
+    timing_defaults: Dict = {}
+
+    def measure(self, args, data: Dict):
+        raise NotImplementedError
+
+
 def parser_for(benchmark: Benchmark) -> argparse.ArgumentParser:
     doc = sys.modules[type(benchmark).__module__].__doc__ or ""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -86,15 +97,16 @@ def parser_for(benchmark: Benchmark) -> argparse.ArgumentParser:
                         help="wait until the 1-minute load average is below this before a full run")
     parser.add_argument("--max-wait", type=float, default=600.0,
                         help="seconds to wait for a quiet machine before running anyway (default 600)")
-    parser.add_argument("--no-memory", action="store_true", help="skip the per-case peak-memory processes")
     parser.add_argument("--malloc", choices=["default", "keep"], default="default",
                         help="keep: re-run with glibc set to keep freed memory (MALLOC_KEEP) for every case; "
                              "results get a _malloc_keep suffix")
-    parser.add_argument("--warmup", type=int, default=benchmark.timing_defaults["warmup"])
-    parser.add_argument("--repeats", type=int, default=benchmark.timing_defaults["repeats"],
-                        help="timed repeats per case (at most)")
-    parser.add_argument("--budget", type=float, default=benchmark.timing_defaults["budget"],
-                        help="seconds of timed repeats per case (slow cases get fewer repeats)")
+    if not isinstance(benchmark, Study):
+        parser.add_argument("--no-memory", action="store_true", help="skip the per-case peak-memory processes")
+        parser.add_argument("--warmup", type=int, default=benchmark.timing_defaults["warmup"])
+        parser.add_argument("--repeats", type=int, default=benchmark.timing_defaults["repeats"],
+                            help="timed repeats per case (at most)")
+        parser.add_argument("--budget", type=float, default=benchmark.timing_defaults["budget"],
+                            help="seconds of timed repeats per case (slow cases get fewer repeats)")
     benchmark.add_args(parser)
     return parser
 
@@ -128,6 +140,24 @@ def run(benchmark: Benchmark, argv: Optional[List[str]] = None) -> Dict:
     args = parse_args(benchmark, argv)
     data = {**start(args), "args": vars(args), "results": []}
     print(machine.machine_line(data["machine"], data["load_start"], data["load_start"]), flush=True)
+    if isinstance(benchmark, Study):
+        benchmark.measure(args, data)
+    else:
+        _measure_points(benchmark, args, data)
+    data["load_end"] = machine.loadavg()
+    markdown, verdicts = benchmark.render(data)
+    verdicts = [verdicts] if isinstance(verdicts, str) else verdicts
+    print()
+    print(markdown)
+    name = f"{benchmark.name}_malloc_keep" if args.malloc == "keep" else benchmark.name
+    report.write_outputs(args.out, name, markdown, data, benchmark.plot(data))
+    for verdict in verdicts:
+        print(verdict)
+    return data
+
+
+def _measure_points(benchmark: Benchmark, args, data: Dict):
+    """Each point's cases timed side by side (and their memory in fresh processes) into ``data["results"]``."""
     history: Dict[str, List[Dict]] = {}
     for point in benchmark.points(args):
         started = time.perf_counter()
@@ -158,16 +188,6 @@ def run(benchmark: Benchmark, argv: Optional[List[str]] = None) -> Dict:
         line = ", ".join(f"{row['case']} {report.fmt_ms(row['median_s'])}" for row in rows)
         print(f"{point} ({time.perf_counter() - started:.0f} s, load {machine.fmt_load(machine.loadavg())}): {line}",
               flush=True)
-    data["load_end"] = machine.loadavg()
-    markdown, verdicts = benchmark.render(data)
-    verdicts = [verdicts] if isinstance(verdicts, str) else verdicts
-    print()
-    print(markdown)
-    name = f"{benchmark.name}_malloc_keep" if args.malloc == "keep" else benchmark.name
-    report.write_outputs(args.out, name, markdown, data, benchmark.plot(data))
-    for verdict in verdicts:
-        print(verdict)
-    return data
 
 
 def entry_point(benchmark_class):

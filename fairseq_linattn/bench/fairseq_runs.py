@@ -1,0 +1,186 @@
+"""fairseq's command lines run from Python, and what is read back from their logs: the pieces the main job
+(``scripts/main_job.py``) and the quality benchmark (:mod:`.quality`) share.
+
+Everything goes through the real console scripts (``fairseq-train``, ``fairseq-validate``,
+``fairseq-eval-lm``) of the running interpreter's environment, with ``--user-dir`` pointing at this plugin.
+"""
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+USER_DIR = Path(__file__).resolve().parents[1]  # the fairseq_linattn package folder
+BIN = Path(sys.executable).parent
+
+# the lines of fairseq's output echoed while a command runs (the whole log is kept in a file)
+PROGRESS = re.compile(r"train_inner|valid on|\| train \||done training|Loaded checkpoint|num. shared|"
+                      r"num. model params|ERROR|Error|Traceback")
+
+
+class FairseqError(SystemExit):
+    """A fairseq command failed: the message names the command, its exit code, the log file and its end."""
+
+
+def say(msg: str, prefix: str = "run"):
+    print(f"[{prefix} {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def fairseq(command: str, *args, log: Path, echo: Optional[re.Pattern] = PROGRESS, env: Optional[Dict] = None) -> str:
+    """Run a fairseq console script, echo the lines ``echo`` matches, keep the whole output in ``log`` and
+    return it; a failure raises :class:`FairseqError` with the log's end."""
+    cmd = [str(BIN / command), *map(str, args)]
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin's safe loader does the loading
+    lines = []
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env) as proc:
+        for line in proc.stdout:
+            lines.append(line)
+            if echo is not None and echo.search(line):
+                print("   " + line.rstrip()[-160:], flush=True)
+    text = "".join(lines)
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    Path(log).write_text(text)
+    if proc.returncode != 0:
+        raise FairseqError(f"{command} failed (exit {proc.returncode}); full log: {log}\n{''.join(lines[-30:])}")
+    return text
+
+
+def last(pattern: str, text: str, cast=float):
+    """The last match of ``pattern``'s group in ``text`` (a fairseq log), cast; an error if there is none."""
+    found = re.findall(pattern, text)
+    if not found:
+        raise FairseqError(f"could not find {pattern!r} in fairseq's output")
+    return cast(found[-1])
+
+
+def valid_curve(log: str, metric: str = "loss") -> List[Tuple[int, float]]:
+    """(num_updates, validation ``metric``) at each validation of a fairseq-train log."""
+    found = re.findall(rf"valid on 'valid' subset .*?\| {metric} ([0-9.]+) .*?num_updates (\d+)", log)
+    return [(int(updates), float(value)) for value, updates in found]
+
+
+def train_seconds(log: str) -> float:
+    return last(r"done training in ([0-9.]+) seconds", log)
+
+
+def seconds_per_update(log: str) -> float:
+    """Median time of an update, 1 / fairseq's ``ups`` (updates per second over each ``train_inner``
+    interval, measured to the hundredth; its ``wall`` counters are whole seconds). The median leaves out the
+    intervals that hold a validation or the start-up."""
+    rates = sorted(float(ups) for ups in re.findall(r"train_inner \|.*?, ups=([0-9.]+)", log) if float(ups) > 0)
+    if not rates:
+        return float("nan")
+    return 1.0 / rates[len(rates) // 2]
+
+
+# ---------------------------------------------------------------------------------------------- baselines
+def split_tokens(data_bin: Path, split: str):
+    """Every token of a binarized split, in order (sentences with their end-of-sentence symbol)."""
+    import numpy as np
+    from fairseq.data import Dictionary, data_utils
+
+    dictionary = Dictionary.load(str(Path(data_bin) / "dict.txt"))
+    dataset = data_utils.load_indexed_dataset(str(Path(data_bin) / split), dictionary)
+    if dataset is None:
+        raise FileNotFoundError(f"no binarized split {split!r} in {data_bin}")
+    return np.concatenate([dataset[i].numpy() for i in range(len(dataset))]), len(dictionary)
+
+
+def unigram_perplexity(data_bin: Path, split: str = "test") -> float:
+    """The perplexity on ``split`` of a model that ignores context: token frequencies counted on ``train``
+    (add-one smoothed over the dictionary). A model that learned nothing but frequencies reaches it; the
+    ratio of a model's perplexity to it says how much it learned from context."""
+    import numpy as np
+
+    train, size = split_tokens(data_bin, "train")
+    evaluated, _ = split_tokens(data_bin, split)
+    counts = np.bincount(train, minlength=size).astype(np.float64) + 1.0
+    return float(math.exp(-np.log(counts[evaluated] / counts.sum()).mean()))
+
+
+# ---------------------------------------------------------------------------------------------- by position
+WORD_PROBS = re.compile(r"fairseq_cli\.eval_lm(?: \| |:)(\d+) (.*)$")  # "INFO:fairseq_cli.eval_lm:7 ▁the [-2.1]\t..."
+
+
+def positional_log_probs(log: str) -> Dict[int, List[float]]:
+    """sample id -> the log-probability (natural log) of each token fairseq-eval-lm scored, in order, from its
+    ``--output-word-probs`` lines (run without ``--remove-bpe``, so one entry per token)."""
+    samples = {}
+    for line in log.splitlines():
+        found = WORD_PROBS.search(line)
+        if found:
+            samples[int(found.group(1))] = [float(item.rsplit(" [", 1)[1].rstrip("]"))
+                                            for item in found.group(2).split("\t")]
+    if not samples:
+        raise FairseqError("fairseq-eval-lm printed no word probabilities (was --output-word-probs given?)")
+    return samples
+
+
+def perplexity_by_position(samples: Dict[int, List[float]], block: int, period: int, buckets: int) -> List[float]:
+    """Perplexity in ``buckets`` equal ranges of positions ``[0, period)``, where the token ``j`` of sample ``i``
+    stands at position ``(i * block + j) % period`` of the stream (fairseq's ``--sample-break-mode none`` cuts
+    the stream into samples of ``block`` tokens, in id order)."""
+    total, count = defaultdict(float), defaultdict(int)
+    width = period / buckets
+    for sample_id, log_probs in samples.items():
+        if len(log_probs) > block:
+            raise ValueError(f"sample {sample_id} has {len(log_probs)} scored tokens, more than its block of {block}")
+        for j, log_prob in enumerate(log_probs):
+            bucket = int(((sample_id * block + j) % period) // width)
+            total[bucket] += log_prob
+            count[bucket] += 1
+    return [math.exp(-total[b] / count[b]) if count[b] else float("nan") for b in range(buckets)]
+
+
+# ---------------------------------------------------------------------------------------------- data
+@dataclass
+class CorpusData:
+    """The embedded corpus, binarized: ``lm`` for masked_lm and language_modeling, ``cls`` for
+    sentence_prediction (what does a docstring document?), with the corpus summary."""
+
+    lm: Path
+    cls: Path
+    summary: object
+
+    @property
+    def majority_baseline(self) -> Optional[float]:
+        """Accuracy (%) of always answering the most frequent class of the dev set."""
+        counts = self.summary.classification.get("dev") or {}
+        return round(100 * max(counts.values()) / sum(counts.values()), 1) if counts else None
+
+
+def prepare_corpus(work: Path, max_chars: int, vocab: int, workers: int = 2) -> CorpusData:
+    """Corpus -> sentencepiece -> fairseq-preprocess, for the LM tasks and the classification task."""
+    from ..data.glue import custom_task_spec, preprocess_glue
+    from ..data.lm_data import prepare_lm_data
+    from ..data.stdlib_corpus import build_corpus
+
+    corpus = Path(work) / "corpus"
+    summary = build_corpus(corpus, max_chars=max_chars)
+    lm = prepare_lm_data(corpus / "train.txt", corpus / "valid.txt", Path(work) / "data-bin", test=corpus / "test.txt",
+                         vocab_size=vocab, workers=workers)
+    spec = custom_task_spec("cls", input_columns=[0], label_column=1, header=True)
+    (cls,) = preprocess_glue(corpus, [spec], Path(work) / "glue", lm / "sentencepiece.bpe.model", lm / "dict.txt",
+                             workers=workers)
+    return CorpusData(lm=lm, cls=cls, summary=summary)
+
+
+def flags(options: Dict) -> List[str]:
+    """{"--lr": 1e-3, "--cpu": True, "--fp16": False} -> ["--lr", "0.001", "--cpu"]."""
+    out = []
+    for name, value in options.items():
+        if value is True:
+            out.append(name)
+        elif value is not False and value is not None:
+            out += [name, str(value)]
+    return out
+
+
+def sequence(*parts: Sequence) -> List[str]:
+    return [str(p) for part in parts for p in part]

@@ -1,0 +1,437 @@
+"""Are the models worth training? The papers' quality claims measured side by side on real text.
+
+Every model is trained and evaluated through the real command lines (``fairseq-train``,
+``fairseq-validate``, ``fairseq-eval-lm``) on the embedded corpus (the Python standard library's docstrings
+and comments, split by file), with the same data, sizes (layers, width, heads, FFN), updates, tokens per
+batch, learning rate and seed; only the attention differs. Parameter counts are reported (a Linformer adds
+its n x k projections).
+
+* **masked LM** (Linformer paper, "on par with RoBERTa"): ``roberta`` vs ``linformer_roberta`` with
+  k = n/4 and n/8 (learned projections per layer), k = n/4 shared layerwise, k = n/4 mean pooling, and
+  ``linear_roberta`` (elu+1); test perplexity from ``fairseq-validate`` and its ratio to RoBERTa's.
+* **length** (Linformer paper: perplexity flat as n grows at fixed k): RoBERTa and Linformer with the same
+  k at several n, the same tokens per batch at each n.
+* **causal LM** ("Transformers are RNNs"; Schlag et al. 2021 measured elu+1 ~12% worse than softmax):
+  ``transformer_lm`` vs ``linear_transformer_lm`` with elu, relu and FAVOR+; ``fairseq-eval-lm`` test
+  perplexity (context window n/2) and its ratio to transformer_lm's.
+* **length extrapolation** (Schlag et al. 2021, Table 4): ``fairseq-eval-lm --output-word-probs`` perplexity
+  by position over 4n tokens: softmax with a sliding window (n tokens, n/2 of context), softmax run over
+  4n directly (its sinusoidal positions past n), linear attention with the state carried through the 4n
+  tokens (what RNN-mode generation does), and linear attention reset every n tokens.
+* **finetuning**: ``sentence_prediction`` dev accuracy of each pretrained encoder on the corpus's
+  classification task (does a docstring document a module, a class or a function?).
+
+Every perplexity is printed beside the test split's unigram perplexity (token frequencies only): a ratio
+of 1.0 means the model learned nothing from context.
+
+    python scripts/bench_quality.py --quick          # seconds-scale smoke run (CI runs it)
+    python scripts/bench_quality.py                  # the default scale: about an hour on 2 CPU cores
+    python scripts/bench_quality.py --scale gpu      # larger models and budgets, for a GPU machine (fp16)
+"""
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from .fairseq_runs import (
+    USER_DIR,
+    CorpusData,
+    fairseq,
+    last,
+    perplexity_by_position,
+    positional_log_probs,
+    prepare_corpus,
+    say,
+    seconds_per_update,
+    sequence,
+    unigram_perplexity,
+    valid_curve,
+)
+from .machine import machine_line
+from .report import md_table, pyplot, titled
+from .runner import ROOT, Study, entry_point
+
+# name -> (arch, options): the masked-LM encoders compared; k is a function of n
+MLM_MODELS = {
+    "roberta": ("roberta_base", lambda n: []),
+    "linformer k=n/4": ("linformer_roberta_base", lambda n: ["--compressed-length", n // 4]),
+    "linformer k=n/8": ("linformer_roberta_base", lambda n: ["--compressed-length", n // 8]),
+    "linformer k=n/4 layerwise": ("linformer_roberta_base",
+                                  lambda n: ["--compressed-length", n // 4, "--shared-layer-kv-compressed", 1]),
+    "linformer k=n/4 mean pooling": ("linformer_roberta_base",
+                                     lambda n: ["--compressed-length", n // 4, "--compress-projection", "mean"]),
+    "linear_roberta (elu+1)": ("linear_roberta_base", lambda n: []),
+}
+LM_MODELS = {
+    "transformer_lm": ("transformer_lm", []),
+    "linear elu+1": ("linear_transformer_lm", ["--feature-map", "elu"]),
+    "linear relu": ("linear_transformer_lm", ["--feature-map", "relu"]),
+    "linear FAVOR+": ("linear_transformer_lm", ["--feature-map", "favor"]),
+}
+SOFTMAX_LM, LINEAR_LM = "transformer_lm", "linear elu+1"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The budget of one run of the study; every model gets the same."""
+
+    corpus_chars: int
+    vocab: int
+    n: int  # tokens per sample in training (masked LM and causal LM)
+    tokens_per_batch: int  # batch size = tokens_per_batch // n, at every length
+    layers: int
+    dim: int
+    heads: int
+    mlm_updates: int
+    lm_updates: int
+    finetune_updates: int
+    validations: int  # validations per training run (the curves)
+    lengths: Tuple[int, ...]  # the Linformer length claim, at fixed k
+    fixed_k: int
+    mlm_lr: float = 2e-3
+    lm_lr: float = 3e-3
+    finetune_lr: float = 1e-4
+    device: Tuple[str, ...] = ("--cpu",)
+    extrapolation: int = 4  # evaluate over this many training lengths
+    buckets: int = 8  # perplexity by position: this many ranges of positions
+    mlm_models: Tuple[str, ...] = tuple(MLM_MODELS)
+    lm_models: Tuple[str, ...] = tuple(LM_MODELS)
+
+    @property
+    def ffn(self) -> int:
+        return 4 * self.dim
+
+
+SCALES = {
+    "quick": Scale(corpus_chars=200_000, vocab=500, n=64, tokens_per_batch=512, layers=1, dim=32, heads=2,
+                   mlm_updates=8, lm_updates=8, finetune_updates=4, validations=2, lengths=(64, 128), fixed_k=16,
+                   mlm_models=("roberta", "linformer k=n/4"), lm_models=(SOFTMAX_LM, LINEAR_LM)),
+    "default": Scale(corpus_chars=8_000_000, vocab=1000, n=256, tokens_per_batch=4096, layers=2, dim=128, heads=4,
+                     mlm_updates=500, lm_updates=400, finetune_updates=250, validations=5, lengths=(256, 512, 1024),
+                     fixed_k=64),
+    "gpu": Scale(corpus_chars=8_000_000, vocab=8000, n=512, tokens_per_batch=32768, layers=6, dim=512, heads=8,
+                 mlm_updates=5000, lm_updates=5000, finetune_updates=2000, validations=10, lengths=(512, 1024, 2048, 4096),
+                 fixed_k=128, mlm_lr=5e-4, lm_lr=5e-4, finetune_lr=2e-5, device=("--fp16",)),
+}
+
+
+COMMON = ["--num-workers", "0", "--seed", "1", "--log-format", "simple", "--no-epoch-checkpoints", "--no-last-checkpoints",
+          "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
+          "--clip-norm", "1.0", "--lr-scheduler", "polynomial_decay", "--weight-decay", "0.01", "--dropout", "0.1"]
+
+
+class Quality:
+    """The runs of one study: each trained once (cached by what defines it), each number read back from fairseq."""
+
+    def __init__(self, work: Path, scale: Scale, data: CorpusData):
+        self.work, self.s, self.data = work, scale, data
+        self.runs: Dict[tuple, Dict] = {}
+
+    # ---------------------------------------------------------------------------------------- training
+    def encoder(self, arch: str, n: int) -> List:
+        s = self.s
+        return ["--arch", arch, "--encoder-layers", s.layers, "--encoder-embed-dim", s.dim, "--encoder-ffn-embed-dim",
+                s.ffn, "--encoder-attention-heads", s.heads, "--max-positions", n, "--encoder-normalize-before"]
+
+    def train(self, key: tuple, task_args: List, updates: int, lr: float, batch: int, metric: str = "loss") -> Dict:
+        if key in self.runs:
+            return self.runs[key]
+        s = self.s
+        save = self.work / "checkpoints" / "-".join(str(k).replace("/", "_").replace(" ", "_") for k in key)
+        validate_every = max(1, updates // s.validations)
+        log = fairseq("fairseq-train", *sequence(task_args), "--user-dir", USER_DIR, "--batch-size", batch,
+                      "--lr", lr, "--warmup-updates", max(1, updates // 10), "--total-num-update", updates,
+                      "--max-update", updates, "--validate-interval-updates", validate_every,
+                      "--save-interval-updates", validate_every, "--keep-interval-updates", 1,
+                      "--save-dir", save, "--log-interval", min(10, max(1, updates // 8)), *s.device, *COMMON,
+                      log=self.work / "logs" / f"train-{save.name}.log", echo=None)
+        run = {"save": save, "best": save / "checkpoint_best.pt", "curve": valid_curve(log, metric),
+               "params": last(r"num. shared model params: ([0-9,]+)", log, lambda x: int(x.replace(",", ""))),
+               "seconds_per_update": seconds_per_update(log), "train_seconds": last(r"done training in ([0-9.]+)", log)}
+        self.runs[key] = run
+        say(f"   {' / '.join(map(str, key))}: {updates} updates in {run['train_seconds']:.0f} s, "
+            f"{run['params']:,} parameters, last validation {metric} {run['curve'][-1][1] if run['curve'] else '-'}",
+            "quality")
+        return run
+
+    def masked_lm(self, name: str, n: int, extra=None) -> Dict:
+        arch, options = MLM_MODELS[name]
+        extra = options(n) if extra is None else extra
+        s = self.s
+        run = self.train(("mlm", arch, n, *extra), [
+            self.data.lm, "--task", "masked_lm", "--criterion", "masked_lm", *self.encoder(arch, n), *extra,
+            "--tokens-per-sample", n, "--sample-break-mode", "complete", "--skip-invalid-size-inputs-valid-test"],
+            s.mlm_updates, s.mlm_lr, s.tokens_per_batch // n)
+        if "test_ppl" not in run:
+            log = fairseq("fairseq-validate", self.data.lm, "--user-dir", USER_DIR, "--task", "masked_lm",
+                          "--criterion", "masked_lm", "--path", run["best"], *s.device, "--seed", "1",
+                          "--batch-size", max(1, s.tokens_per_batch // n), "--tokens-per-sample", n,
+                          "--valid-subset", "test", "--skip-invalid-size-inputs-valid-test",
+                          log=self.work / "logs" / f"validate-{run['save'].name}.log", echo=None)
+            run["test_ppl"] = last(r"\| ppl ([0-9.]+)", log)
+        return run
+
+    def finetune(self, name: str) -> float:
+        """Best dev accuracy (%) of the encoder pretrained as ``name``, finetuned on docstring classification."""
+        pretrained = self.masked_lm(name, self.s.n)
+        if "dev_accuracy" not in pretrained:
+            arch, options = MLM_MODELS[name]
+            s = self.s
+            run = self.train(("cls", arch, s.n, *options(s.n)), [
+                self.data.cls, "--task", "sentence_prediction", "--criterion", "sentence_prediction",
+                "--num-classes", 3, "--init-token", 0, "--separator-token", 2, *self.encoder(arch, s.n),
+                *options(s.n), "--shorten-method", "truncate", "--restore-file", pretrained["best"],
+                "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--best-checkpoint-metric", "accuracy",
+                "--maximize-best-checkpoint-metric", "--find-unused-parameters"],
+                s.finetune_updates, s.finetune_lr, 32, metric="accuracy")
+            pretrained["dev_accuracy"] = max(accuracy for _, accuracy in run["curve"])
+        return pretrained["dev_accuracy"]
+
+    def language_model(self, name: str) -> Dict:
+        arch, extra = LM_MODELS[name]
+        s = self.s
+        run = self.train(("lm", arch, s.n, *extra), [
+            self.data.lm, "--task", "language_modeling", "--arch", arch, "--decoder-layers", s.layers,
+            "--decoder-embed-dim", s.dim, "--decoder-ffn-embed-dim", s.ffn, "--decoder-attention-heads", s.heads,
+            # fairseq's transformer_lm keeps 512-wide input/output embeddings unless told (its config's defaults)
+            "--decoder-input-dim", s.dim, "--decoder-output-dim", s.dim, "--decoder-normalize-before",
+            *extra, "--share-decoder-input-output-embed", "--tokens-per-sample", s.n, "--sample-break-mode", "none",
+            # sinusoidal positions either way: the limit only lets eval-lm run past the training length
+            "--max-target-positions", s.n * s.extrapolation], s.lm_updates, s.lm_lr, s.tokens_per_batch // s.n)
+        if "test_ppl" not in run:
+            run["test_ppl"] = self.eval_lm(run, s.n, s.n // 2)[0]
+        return run
+
+    def eval_lm(self, run: Dict, tokens_per_sample: int, context_window: int = 0,
+                by_position: bool = False) -> Tuple[float, Optional[List[float]]]:
+        """fairseq-eval-lm perplexity on the test split, and (``by_position``) perplexity by position over
+        ``extrapolation * n`` tokens."""
+        s = self.s
+        tag = f"{run['save'].name}-{tokens_per_sample}-{context_window}"
+        log = fairseq("fairseq-eval-lm", self.data.lm, "--user-dir", USER_DIR, "--path", run["best"], *s.device,
+                      "--gen-subset", "test", "--tokens-per-sample", tokens_per_sample, "--context-window",
+                      context_window, "--batch-size", max(1, s.tokens_per_batch // tokens_per_sample),
+                      *(["--output-word-probs"] if by_position else []),
+                      log=self.work / "logs" / f"eval-lm-{tag}.log", echo=None)
+        ppl = last(r"Perplexity: ([0-9.]+)", log)
+        if not by_position:
+            return ppl, None
+        block = tokens_per_sample - context_window  # the new tokens of each sample (fairseq's cut of the stream)
+        return ppl, perplexity_by_position(positional_log_probs(log), block, s.n * s.extrapolation, s.buckets)
+
+
+class QualityBenchmark(Study):
+    name = "quality"
+
+    def add_args(self, parser):
+        parser.add_argument("--scale", choices=sorted(set(SCALES) - {"quick"}), default="default",
+                            help="the budget (--quick: the smallest, for CI)")
+        parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "quality"),
+                            help="data, checkpoints and logs (results go to --out)")
+        parser.add_argument("--only", default="mlm,length,lm,extrapolation,finetune",
+                            help="comma-separated parts to run (default: all)")
+
+    def measure(self, args, data):
+        scale = SCALES["quick" if args.quick else args.scale]
+        work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
+        parts = set(args.only.split(","))
+        if work.exists():
+            shutil.rmtree(work)  # fairseq-preprocess refuses to write over a data-bin
+        started = time.time()
+        say(f"scale {scale}", "quality")
+        corpus = prepare_corpus(work, scale.corpus_chars, scale.vocab)
+        study = Quality(work, scale, corpus)
+        out = data.setdefault("study", {"scale": asdict(scale), "stages_s": {}})
+        out["unigram_test_ppl"] = unigram_perplexity(corpus.lm, "test")
+        out["majority_baseline"] = corpus.majority_baseline
+        stages = (("mlm", self.masked_lm), ("length", self.length), ("lm", self.causal_lm),
+                  ("extrapolation", self.extrapolation), ("finetune", self.finetune))
+        for part, stage in stages:
+            if part in parts:
+                t = time.time()
+                say(f"== {part}", "quality")
+                out[part] = stage(study)
+                out["stages_s"][part] = round(time.time() - t, 1)
+        out["total_s"] = round(time.time() - started, 1)
+        data["results"] = [{"case": key} for key in out if key in parts]
+
+    @staticmethod
+    def _row(run: Dict) -> Dict:
+        return {k: run[k] for k in ("params", "seconds_per_update", "train_seconds", "curve", "test_ppl",
+                                    "dev_accuracy") if k in run}
+
+    def masked_lm(self, study: Quality) -> Dict:
+        return {name: self._row(study.masked_lm(name, study.s.n)) for name in study.s.mlm_models}
+
+    def length(self, study: Quality) -> Dict:
+        k = study.s.fixed_k
+        rows = {}
+        for n in study.s.lengths:
+            rows[n] = {"roberta": self._row(study.masked_lm("roberta", n)),
+                       f"linformer k={k}": self._row(study.masked_lm("linformer k=n/4", n, ["--compressed-length", k]))}
+        return rows
+
+    def causal_lm(self, study: Quality) -> Dict:
+        return {name: self._row(study.language_model(name)) for name in study.s.lm_models}
+
+    def extrapolation(self, study: Quality) -> Dict:
+        s = study.s
+        long = s.n * s.extrapolation
+        softmax, linear = study.language_model(SOFTMAX_LM), study.language_model(LINEAR_LM)
+        cases = {
+            f"softmax, sliding window ({s.n} tokens, {s.n // 2} of context)": (softmax, s.n, s.n // 2),
+            f"softmax over {long} tokens (positions past {s.n})": (softmax, long, 0),
+            f"linear (elu+1), state carried over {long} tokens": (linear, long, 0),
+            f"linear (elu+1), reset every {s.n} tokens": (linear, s.n, 0),
+        }
+        rows = {}
+        for label, (run, tokens, context) in cases.items():
+            ppl, by_position = study.eval_lm(run, tokens, context, by_position=True)
+            rows[label] = {"ppl": ppl, "by_position": by_position}
+        return rows
+
+    def finetune(self, study: Quality) -> Dict:
+        return {name: study.finetune(name) for name in study.s.mlm_models}
+
+    # -------------------------------------------------------------------------------------------- report
+    def render(self, data):
+        return render(data)
+
+    def plot(self, data):
+        return plot(data)
+
+
+def _fmt(x, digits=2):
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def render(data) -> Tuple[str, List[str]]:
+    study = data["study"]
+    s = Scale(**{k: tuple(v) if isinstance(v, list) else v for k, v in study["scale"].items()})
+    unigram = study["unigram_test_ppl"]
+    lines = ["### Quality: the linear attentions side by side with softmax on real text", "",
+             f"{machine_line(data['machine'], data['load_start'], data['load_end'])}.", "",
+             f"Budget (every model the same): corpus {s.corpus_chars:,} characters cap (the Python standard library's "
+             f"docstrings and comments), sentencepiece vocabulary {s.vocab}; {s.layers} layers, d={s.dim}, {s.heads} "
+             f"heads, FFN {s.ffn}; n={s.n} tokens per sample, {s.tokens_per_batch} tokens per batch; masked LM "
+             f"{s.mlm_updates} updates, causal LM {s.lm_updates}, finetuning {s.finetune_updates} (batch 32); "
+             f"Adam, lr {s.mlm_lr:g} (masked LM) / {s.lm_lr:g} (causal LM) / {s.finetune_lr:g} (finetuning), "
+             f"polynomial decay, 10% warm-up, dropout 0.1, "
+             f"pre-LN (`--encoder-normalize-before`, `--decoder-normalize-before`), seed 1; `{' '.join(s.device)}`. Took "
+             f"{study['total_s'] / 60:.0f} min ({', '.join(f'{k} {v / 60:.1f}' for k, v in study['stages_s'].items())}).",
+             "", f"Unigram perplexity of the test split (token frequencies of train, no context): **{unigram:.1f}**.", ""]
+    verdicts = []
+    if "mlm" in study:
+        mlm = study["mlm"]
+        base = mlm["roberta"]["test_ppl"]
+        lines += [f"**Masked LM** (`fairseq-validate` on the test split, n={s.n}):", "", md_table(
+            ["encoder", "parameters", "test perplexity", "vs roberta", "vs unigram", "s / update"],
+            [[name, f"{r['params']:,}", _fmt(r["test_ppl"]), f"{r['test_ppl'] / base:.3f}x",
+              f"{r['test_ppl'] / unigram:.3f}", _fmt(r["seconds_per_update"], 3)] for name, r in mlm.items()]), ""]
+        for name, r in mlm.items():
+            if name != "roberta":
+                ratio = r["test_ppl"] / base
+                verdicts.append(f"masked LM: {name} {ratio:.3f}x roberta's perplexity "
+                                f"({'on par or better' if ratio <= 1.02 else 'worse'} at this scale)")
+    if "finetune" in study:
+        majority = study.get("majority_baseline")
+        lines += [f"**Finetuning** (`sentence_prediction`, what a docstring documents: module / class / function; "
+                  f"best dev accuracy; majority class {majority}%):", "", md_table(
+                      ["pretrained encoder", "dev accuracy", "over majority"],
+                      [[name, f"{acc:.1f}%", f"{acc - majority:+.1f} points"] for name, acc in study["finetune"].items()]),
+                  ""]
+    if "length" in study:
+        rows, first = [], None
+        for n, models in study["length"].items():
+            (rname, r), (lname, lin) = list(models.items())
+            ratio = lin["test_ppl"] / r["test_ppl"]
+            first = first or (n, lin["test_ppl"], r["test_ppl"])
+            rows.append([n, s.tokens_per_batch // int(n), _fmt(r["test_ppl"]), _fmt(lin["test_ppl"]), f"{ratio:.3f}x",
+                         _fmt(r["seconds_per_update"], 3), _fmt(lin["seconds_per_update"], 3)])
+        lines += [f"**Length at fixed k={s.fixed_k}** (Linformer paper: perplexity flat as n grows; the same "
+                  f"{s.tokens_per_batch} tokens per batch at each n):", "", md_table(
+                      ["n", "batch", "roberta perplexity", f"linformer k={s.fixed_k}", "linformer / roberta",
+                       "roberta s / update", "linformer s / update"], rows), ""]
+        last_n, last_models = list(study["length"].items())[-1]
+        lin_last = list(last_models.values())[1]["test_ppl"]
+        verdicts.append(f"length: linformer k={s.fixed_k} perplexity {first[1]:.1f} at n={first[0]}, {lin_last:.1f} at "
+                        f"n={last_n} ({lin_last / first[1]:.3f}x); roberta {first[2]:.1f} -> "
+                        f"{list(last_models.values())[0]['test_ppl']:.1f}")
+    if "lm" in study:
+        lm = study["lm"]
+        base = lm[SOFTMAX_LM]["test_ppl"]
+        lines += [f"**Causal LM** (`fairseq-eval-lm` on the test split, {s.n} tokens, context window {s.n // 2}):", "",
+                  md_table(["model", "parameters", "test perplexity", "vs transformer_lm", "vs unigram", "s / update"],
+                           [[name, f"{r['params']:,}", _fmt(r["test_ppl"]), f"{r['test_ppl'] / base:.3f}x",
+                             f"{r['test_ppl'] / unigram:.3f}", _fmt(r["seconds_per_update"], 3)]
+                            for name, r in lm.items()]), ""]
+        for name, r in lm.items():
+            if name != SOFTMAX_LM:
+                verdicts.append(f"causal LM: {name} {r['test_ppl'] / base:.3f}x transformer_lm's perplexity "
+                                f"(Schlag et al. 2021 at WikiText-103 scale: elu+1 1.12x)")
+    if "extrapolation" in study:
+        ext = study["extrapolation"]
+        long = s.n * s.extrapolation
+        width = long // s.buckets
+        headers = ["evaluation", "overall"] + [f"{b * width}-{(b + 1) * width}" for b in range(s.buckets)]
+        lines += [f"**Length extrapolation** (`fairseq-eval-lm --output-word-probs`, perplexity by position over "
+                  f"{long} tokens = {s.extrapolation}x the training length; the models of the causal-LM table):", "",
+                  md_table(headers, [[label, _fmt(r["ppl"])] + [_fmt(p) for p in r["by_position"]]
+                                     for label, r in ext.items()]), ""]
+        for label, r in ext.items():
+            positions = r["by_position"]
+            inside = [p for b, p in enumerate(positions) if (b + 1) * width <= s.n]
+            beyond = [p for b, p in enumerate(positions) if b * width >= s.n]
+            if inside and beyond:
+                verdicts.append(f"extrapolation: {label}: past the training length {max(beyond) / min(inside):.3f}x "
+                                f"the best perplexity inside it (worst range)")
+    return "\n".join(lines), verdicts
+
+
+def plot(data):
+    plt = pyplot()
+    study = data["study"]
+    fig, axes = plt.subplots(2, 2, figsize=(12, 8.5))
+    (ax_mlm, ax_lm), (ax_len, ax_pos) = axes
+    for ax, part, title in ((ax_mlm, "mlm", "masked LM: validation loss (base 2)"),
+                            (ax_lm, "lm", "causal LM: validation loss (base 2)")):
+        for name, r in study.get(part, {}).items():
+            if r.get("curve"):
+                ax.plot(*zip(*r["curve"]), marker="o", ms=3, label=name)
+        ax.set_title(title, fontsize=9)
+        ax.set_xlabel("updates")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if "length" in study:
+        ns = [int(n) for n in study["length"]]
+        for i, label in enumerate(list(study["length"].values())[0]):
+            ax_len.plot(ns, [list(m.values())[i]["test_ppl"] for m in study["length"].values()], marker="o", label=label)
+        ax_len.set_xscale("log", base=2)
+        ax_len.set_xlabel("sequence length n")
+        ax_len.set_ylabel("masked-LM test perplexity")
+        ax_len.set_title("Linformer at fixed k as n grows", fontsize=9)
+        ax_len.grid(alpha=0.3)
+        ax_len.legend(fontsize=7)
+    if "extrapolation" in study:
+        s = study["scale"]
+        long = s["n"] * s["extrapolation"]
+        width = long / s["buckets"]
+        for label, r in study["extrapolation"].items():
+            ax_pos.plot([(b + 0.5) * width for b in range(s["buckets"])], r["by_position"], marker="o", label=label)
+        ax_pos.axvline(s["n"], color="gray", ls=":", lw=1)
+        ax_pos.set_yscale("log")
+        ax_pos.set_xlabel("position")
+        ax_pos.set_ylabel("perplexity")
+        ax_pos.set_title(f"causal LM: perplexity by position ({s['extrapolation']}x the training length)", fontsize=9)
+        ax_pos.grid(alpha=0.3)
+        ax_pos.legend(fontsize=7)
+    fig.tight_layout()
+    return titled(fig, "quality side by side", data)
+
+
+main = entry_point(QualityBenchmark)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""The quality benchmark: what it reads back from fairseq's logs, and its --quick run through the real command
+lines (every part: masked LM, length, causal LM, extrapolation by position, finetuning) producing the table,
+JSON and plot."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fairseq_linattn.bench.fairseq_runs import (
+    perplexity_by_position,
+    positional_log_probs,
+    seconds_per_update,
+    valid_curve,
+)
+
+TRAIN_LOG = """\
+19:54:44 | INFO | train_inner | epoch 001:     10 / 215 loss=8.806, ppl=447.52, ups=0.91, num_updates=10, train_wall=5, wall=63
+19:55:41 | INFO | train_inner | epoch 001:     20 / 215 loss=8.26, ppl=306.62, ups=1.0, num_updates=20, lr=0.004, wall=73
+19:55:51 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.176 | ppl 289.16 | wps 10142.6 | num_updates 20
+19:55:52 | INFO | train_inner | epoch 001:     30 / 215 loss=8.1, ppl=300.1, ups=0.45, num_updates=30, lr=0.003, wall=95
+19:55:53 | INFO | train_inner | epoch 001:     40 / 215 loss=8.0, ppl=290.1, ups=0.8, num_updates=40, lr=0.002, wall=106
+19:55:59 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.0 | ppl 256.0 | accuracy 61.5 | num_updates 40
+"""
+
+
+def test_logs_read_back():
+    assert valid_curve(TRAIN_LOG) == [(20, 8.176), (40, 8.0)]
+    assert valid_curve(TRAIN_LOG, "accuracy") == [(40, 61.5)]
+    # updates per second over each interval: 0.91, 1.0, 0.45 (a validation inside), 0.8 -> median 0.91
+    assert seconds_per_update(TRAIN_LOG) == pytest.approx(1 / 0.91)
+
+
+def test_perplexity_by_position_places_each_token_in_the_stream():
+    log = ("INFO:fairseq_cli.eval_lm:0 ▁a [-1.000000]\t▁b [-1.000000]\n"
+           "2026-11-23 | INFO | fairseq_cli.eval_lm | 1 ▁[x] [-3.000000]\tc [-3.000000]\n")
+    samples = positional_log_probs(log)
+    assert samples == {0: [-1.0, -1.0], 1: [-3.0, -3.0]}
+    # blocks of 2 tokens, a period of 4 positions in 2 ranges: sample 0 is positions 0-1, sample 1 positions 2-3
+    assert perplexity_by_position(samples, block=2, period=4, buckets=2) == pytest.approx([math.e, math.e ** 3])
+    # a period of 2: both samples fall in the same positions
+    assert perplexity_by_position(samples, block=2, period=2, buckets=1) == pytest.approx([math.e ** 2])
+    with pytest.raises(ValueError, match="more than its block"):
+        perplexity_by_position(samples, block=1, period=4, buckets=2)
+
+
+def test_quick_run_writes_every_part(tmp_path):
+    out, work = tmp_path / "results", tmp_path / "work"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-m", "fairseq_linattn.bench.quality", "--quick", "--out", str(out),
+                           "--work-dir", str(work)], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    markdown = (out / "quality.md").read_text()
+    for section in ("Masked LM", "Finetuning", "Length at fixed k", "Causal LM", "Length extrapolation",
+                    "Unigram perplexity of the test split"):
+        assert section in markdown, section
+    study = json.loads((out / "quality.json").read_text())["study"]
+    unigram = study["unigram_test_ppl"]
+    assert 10 < unigram < 1000
+    for part in ("mlm", "lm"):
+        for name, row in study[part].items():
+            assert 1 < row["test_ppl"] < 10 * unigram and row["params"] > 0 and row["curve"], (part, name)
+    assert set(study["mlm"]) == {"roberta", "linformer k=n/4"} and set(study["length"]) == {"64", "128"}
+    for label, row in study["extrapolation"].items():
+        assert len(row["by_position"]) == 8 and all(p > 1 for p in row["by_position"]), label
+    assert all(0 <= acc <= 100 for acc in study["finetune"].values())
+    assert (out / "quality.png").stat().st_size > 10_000
+    assert "masked LM: linformer k=n/4" in proc.stdout and "extrapolation:" in proc.stdout  # the verdicts
