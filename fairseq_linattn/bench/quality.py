@@ -50,7 +50,7 @@ from .fairseq_runs import (
     valid_curve,
 )
 from .machine import machine_line
-from .report import md_table, pyplot, titled
+from .report import curve_axes, md_table, pyplot, titled
 from .runner import ROOT, Study, entry_point
 
 # name -> (arch, options): the masked-LM encoders compared; k is a function of n
@@ -397,13 +397,7 @@ def plot(data):
     (ax_mlm, ax_lm), (ax_len, ax_pos) = axes
     for ax, part, title in ((ax_mlm, "mlm", "masked LM: validation loss (base 2)"),
                             (ax_lm, "lm", "causal LM: validation loss (base 2)")):
-        for name, r in study.get(part, {}).items():
-            if r.get("curve"):
-                ax.plot(*zip(*r["curve"]), marker="o", ms=3, label=name)
-        ax.set_title(title, fontsize=9)
-        ax.set_xlabel("updates")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        curve_axes(ax, study.get(part, {}), title)
     if "length" in study:
         ns = [int(n) for n in study["length"]]
         for i, label in enumerate(list(study["length"].values())[0]):

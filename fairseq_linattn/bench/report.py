@@ -59,6 +59,17 @@ def log_axes(ax, xlabel: str, ylabel: Optional[str] = None, logy: bool = True):
     ax.grid(True, which="both", alpha=0.3)
 
 
+def curve_axes(ax, runs: Dict[str, Dict], title: str):
+    """The validation curves (``run["curve"]``: [(update, value)]) of several training runs on one axes."""
+    for name, run in runs.items():
+        if run.get("curve"):
+            ax.plot(*zip(*run["curve"]), marker="o", ms=3, label=name)
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel("updates")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
 def titled(fig, what: str, data: Dict):
     """The figure, titled with what it shows and the machine it was measured on."""
     fig.suptitle(f"{what}, {data['machine']['cpu']}, {data['machine']['threads']} threads", fontsize=10)
