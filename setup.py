@@ -35,6 +35,7 @@ setup(
             "fairseq-linattn-stdlib-corpus = fairseq_linattn.data.stdlib_corpus:main",
             "fairseq-linattn-prepare-lm-data = fairseq_linattn.data.lm_data:main",
             "fairseq-linattn-preprocess-glue = fairseq_linattn.data.glue:main",
+            "fairseq-linattn-prepare-translation-data = fairseq_linattn.data.translation_data:main",
             "fairseq-linattn-warm-start = fairseq_linattn.cli.tools:warm_start",
             "fairseq-linattn-spectrum = fairseq_linattn.cli.tools:spectrum",
         ]

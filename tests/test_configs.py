@@ -45,3 +45,10 @@ def test_language_model_config_names_a_registered_arch():
     ours = load(os.path.join(CONFIG_DIR, "language_modeling", "linear_transformer_lm.yaml"))
     assert ours["model"]["_name"] in ARCH_MODEL_REGISTRY
     assert ours["task"]["_name"] == "language_modeling" and ours["task"]["sample_break_mode"] == "none"
+
+
+def test_translation_config_names_a_registered_arch_and_valid_options():
+    ours = load(os.path.join(CONFIG_DIR, "translation", "linear_transformer_iwslt_de_en.yaml"))
+    assert ours["model"]["_name"] == "linear_transformer_iwslt_de_en" and ours["model"]["_name"] in ARCH_MODEL_REGISTRY
+    assert ours["task"]["_name"] == "translation" and ours["model"]["cross_attention"] in ("kernel", "softmax")
+    assert ours["criterion"]["_name"] == "label_smoothed_cross_entropy"

@@ -2,6 +2,7 @@
 (:func:`build_attention`) from one options dataclass per mechanism; the math lives in :mod:`.ops`."""
 from .base import SelfAttention
 from .builders import BUILDERS, LayerShape, build_attention, register_builder
+from .cross import KernelCrossAttention
 from .feature_maps import FEATURE_MAPS, FeatureMap, build_feature_map, register_feature_map
 from .full import SoftmaxAttention
 from .kernel import KernelAttention
@@ -19,7 +20,8 @@ from .options import KernelOptions, LinformerOptions, SoftmaxOptions, check_head
 from .projections import PROJECTIONS, SequenceProjection, build_projection, register_projection
 
 __all__ = [
-    "BUILDERS", "FEATURE_MAPS", "PROJECTIONS", "FeatureMap", "KernelAttention", "KernelOptions", "LayerShape",
+    "BUILDERS", "FEATURE_MAPS", "PROJECTIONS", "FeatureMap", "KernelAttention", "KernelCrossAttention",
+    "KernelOptions", "LayerShape",
     "LinformerAttention", "LinformerOptions", "SelfAttention", "SequenceProjection", "SoftmaxAttention",
     "SoftmaxOptions", "build_attention", "build_feature_map", "build_projection", "causal_linear_attention",
     "causal_linear_attention_reference", "check_heads", "linear_attention", "linear_attention_reference",

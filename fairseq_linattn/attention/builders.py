@@ -11,6 +11,7 @@ from typing import Callable, Dict, Optional, Type
 from torch import nn
 
 from .base import SelfAttention
+from .cross import KernelCrossAttention
 from .full import SoftmaxAttention
 from .kernel import KernelAttention
 from .linformer import LinformerAttention
@@ -28,6 +29,7 @@ class LayerShape:
     q_noise: float = 0.0
     qn_block_size: int = 8
     causal: bool = False
+    source_dim: Optional[int] = None  # set for encoder-decoder attention: the width of the encoder output
 
     @classmethod
     def from_cfg(cls, cfg, side: str, causal: bool = False) -> "LayerShape":
@@ -35,6 +37,12 @@ class LayerShape:
         sizes = getattr(cfg, side)
         return cls(sizes.embed_dim, sizes.attention_heads, cfg.attention_dropout, cfg.quant_noise.pq,
                    cfg.quant_noise.pq_block_size, causal)
+
+    @classmethod
+    def encoder_attention(cls, cfg) -> "LayerShape":
+        """A decoder layer's attention over the encoder output (fairseq's ``build_encoder_attention``)."""
+        return cls(cfg.decoder.embed_dim, cfg.decoder.attention_heads, cfg.attention_dropout, cfg.quant_noise.pq,
+                   cfg.quant_noise.pq_block_size, causal=False, source_dim=cfg.encoder.embed_dim)
 
     def common(self) -> dict:
         return dict(dropout=self.dropout, q_noise=self.q_noise, qn_block_size=self.qn_block_size)
@@ -59,16 +67,26 @@ def build_attention(options, layer_index: int, shape: LayerShape,
     builder = BUILDERS.get(type(options))
     if builder is None:
         raise TypeError(f"no attention builder for {type(options).__name__}; known: {[c.__name__ for c in BUILDERS]}")
+    if shape.source_dim is not None and builder not in CROSS_ATTENTION_BUILDERS:
+        raise ValueError(f"{type(options).__name__} has no encoder-decoder form: use kernel attention "
+                         "(KernelOptions) or fairseq's softmax MultiheadAttention")
     return builder(options, layer_index, shape, {} if shared is None else shared)
 
 
 @register_builder(KernelOptions)
 def build_kernel_attention(options: KernelOptions, layer_index: int, shape: LayerShape, shared) -> KernelAttention:
-    return KernelAttention(
-        shape.embed_dim, shape.num_heads, feature_map=options.feature_map, causal=shape.causal,
-        chunk_size=int(options.chunk_size), **shape.common(),
-        **options.feature_map_options(shape.embed_dim // shape.num_heads, layer_index),
-    )
+    seed_index = layer_index + (CROSS_LAYERS if shape.source_dim is not None else 0)  # own FAVOR+ draws
+    feature_map = dict(feature_map=options.feature_map,
+                       **options.feature_map_options(shape.embed_dim // shape.num_heads, seed_index))
+    if shape.source_dim is not None:
+        return KernelCrossAttention(shape.embed_dim, shape.num_heads, source_dim=shape.source_dim, **feature_map,
+                                    **shape.common())
+    return KernelAttention(shape.embed_dim, shape.num_heads, causal=shape.causal, chunk_size=int(options.chunk_size),
+                           **feature_map, **shape.common())
+
+
+CROSS_ATTENTION_BUILDERS = (build_kernel_attention,)
+CROSS_LAYERS = 500  # FAVOR+ seeds of encoder-decoder attentions: layer_index + this (never a self-attention's)
 
 
 @register_builder(LinformerOptions)

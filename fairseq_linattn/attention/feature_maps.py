@@ -40,6 +40,7 @@ def build_feature_map(name: str, head_dim: int, **options) -> "FeatureMap":
 
 class FeatureMap(nn.Module):
     kind = "?"
+    log_scaled_keys = False  # whether key_features returns log scales (see there)
 
     def __init__(self, head_dim: int):
         super().__init__()
@@ -94,6 +95,8 @@ class FavorFeatureMap(FeatureMap):
     communication. Never redrawn in eval mode (validation, generation). Give each layer its own ``seed``, or
     all layers share one ω.
     """
+
+    log_scaled_keys = True
 
     # Stabilising. The exponent ω·x' - |x'|²/2 spans far more than exp can hold as inputs grow (at 10x the
     # usual scale, 92% of fp32 key rows underflowed to exactly 0 and the attention output collapsed to 0).

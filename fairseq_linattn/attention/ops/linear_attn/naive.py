@@ -31,7 +31,7 @@ def causal_linear_attention_reference(
 
 
 def _kernel_matrix_attention(q, k, v, eps, key_log_scale, causal: bool) -> Tensor:
-    check_shapes(q, k, v)
+    check_shapes(q, k, v, same_length=causal)
     if key_log_scale is not None:
         return _log_space_reference(q, k, v, key_log_scale, causal)
     dtype = compute_dtype(v)

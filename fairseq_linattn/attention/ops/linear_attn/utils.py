@@ -27,12 +27,15 @@ def compute_dtype(x: Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def check_shapes(q: Tensor, k: Tensor, v: Tensor):
-    """q, k: ... x T x M, v: ... x T x D (keys and queries are the same positions: self-attention)."""
-    if q.shape != k.shape or q.shape[:-1] != v.shape[:-1]:
+def check_shapes(q: Tensor, k: Tensor, v: Tensor, same_length: bool = True):
+    """q: ... x T x M, k: ... x S x M, v: ... x S x D; S = T unless ``same_length`` is False (non-causal
+    attention over another sequence: an encoder's output)."""
+    lengths_fit = q.size(-2) == k.size(-2) or not same_length
+    if q.shape[:-2] != k.shape[:-2] or q.size(-1) != k.size(-1) or k.shape[:-1] != v.shape[:-1] or not lengths_fit:
+        length = "T" if same_length else "S"
         raise ValueError(
-            f"expected q, k of shape (..., T, M) and v of shape (..., T, D) with the same leading dims, "
-            f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+            f"expected q of shape (..., T, M), k of shape (..., {length}, M) and v of shape (..., {length}, D) with "
+            f"the same leading dims, got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
         )
 
 

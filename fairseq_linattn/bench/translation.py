@@ -1,0 +1,261 @@
+"""Translation side by side: fairseq's softmax ``transformer`` and our ``linear_transformer`` on real text.
+
+Both are trained through ``fairseq-train --task translation`` on the English -> German message catalogs of
+the machine (:mod:`fairseq_linattn.data.catalogs`, no download) with the same sizes, data, updates, batch,
+learning-rate schedule and seed; only the attention differs. Then:
+
+* **quality**: ``fairseq-generate --beam 5`` on the test split, detokenised (sentencepiece), scored by
+  sacrebleu's own command line against the raw references: BLEU and chrF with their signatures;
+* **speed on the test split**: fairseq-generate's sentences/s and tokens/s at beam 1 and 5;
+* **speed at length**: ms per generated token when the source and the target are each half of L tokens
+  (L = 256 .. 4096), beam 1 and 5, in one process (fairseq's SequenceGenerator with the trained models, the
+  length forced with min/max length). The softmax decoder reads a key/value cache that grows with the target
+  and a source cache of S positions every step; the linear one a fixed-size state.
+
+    python scripts/bench_translation.py --quick   # seconds-scale smoke run on the system catalogs (CI: a test)
+    python scripts/bench_translation.py           # the default scale (about 30 minutes on 2 CPU cores)
+"""
+import json
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from ..data.catalogs import LOCALE_DIRS
+from ..data.translation_data import prepare_translation_data
+from .fairseq_runs import BIN, USER_DIR, fairseq, last, say, seconds_per_update, valid_curve
+from .machine import machine_line
+from .report import curve_axes, log_axes, md_table, pyplot, titled
+from .runner import ROOT, Study, entry_point
+
+MODELS = {"transformer (softmax)": ("transformer", []),
+          "linear_transformer (elu+1, kernel cross-attention)": ("linear_transformer", [])}
+SOFTMAX, LINEAR = list(MODELS)
+
+
+@dataclass(frozen=True)
+class Scale:
+    vocab: int
+    layers: int
+    dim: int
+    heads: int
+    updates: int
+    max_tokens: int
+    lr: float
+    warmup: int
+    validations: int
+    lengths: Tuple[int, ...]  # source + target lengths of the speed-at-length runs
+    beams: Tuple[int, ...] = (1, 5)
+    min_pairs: int = 5000
+    device: Tuple[str, ...] = ("--cpu",)
+
+    @property
+    def ffn(self) -> int:
+        return 4 * self.dim
+
+
+SCALES = {
+    "quick": Scale(vocab=500, layers=1, dim=32, heads=2, updates=6, max_tokens=1024, lr=2e-3, warmup=2, validations=1,
+                   lengths=(64, 256), min_pairs=500),
+    "default": Scale(vocab=4000, layers=2, dim=256, heads=4, updates=500, max_tokens=4096, lr=1e-3, warmup=150,
+                     validations=4, lengths=(256, 1024, 4096)),
+    "gpu": Scale(vocab=8000, layers=6, dim=512, heads=8, updates=20000, max_tokens=8192, lr=5e-4, warmup=4000,
+                 validations=10, lengths=(256, 1024, 4096, 16384), device=("--fp16",)),
+}
+
+TRAIN = ["--task", "translation", "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
+         "--lr-scheduler", "inverse_sqrt", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+         "--dropout", "0.1", "--weight-decay", "0.0001", "--clip-norm", "0.0", "--seed", "1", "--num-workers", "0",
+         "--log-format", "simple", "--no-epoch-checkpoints", "--no-last-checkpoints",
+         # sinusoidal positions: the limits only let the speed runs go to 4K tokens
+         "--max-source-positions", "16384", "--max-target-positions", "16384"]
+GENERATED = re.compile(r"Translated ([0-9,]+) sentences \(([0-9,]+) tokens\) in [0-9.]+s \(([0-9.]+) sentences/s, "
+                       r"([0-9.]+) tokens/s\)")
+
+
+class TranslationBenchmark(Study):
+    name = "translation"
+
+    def add_args(self, parser):
+        parser.add_argument("--scale", choices=sorted(set(SCALES) - {"quick"}), default="default")
+        parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "translation"),
+                            help="data, checkpoints and logs (results go to --out)")
+        parser.add_argument("--locale-dir", action="append",
+                            help="where the message catalogs are (default: the system's locale folders)")
+
+    def measure(self, args, data):
+        scale = SCALES["quick" if args.quick else args.scale]
+        work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
+        if work.exists():
+            shutil.rmtree(work)
+        started = time.time()
+        out = data.setdefault("study", {"scale": asdict(scale)})
+        data_bin = work / "data-bin"
+        out["pairs"] = prepare_translation_data(data_bin, scale.vocab, args.locale_dir or LOCALE_DIRS,
+                                                min_pairs=scale.min_pairs)
+        say(f"data: {out['pairs']}", "translation")
+        out["models"] = {}
+        for name, (arch, extra) in MODELS.items():
+            out["models"][name] = self.train_and_score(work, data_bin, scale, name, arch, extra)
+        out["speed_at_length"] = speed_at_length(
+            {name: work / "checkpoints" / arch / "checkpoint_best.pt" for name, (arch, _) in MODELS.items()},
+            data_bin, scale)
+        out["total_s"] = round(time.time() - started, 1)
+        data["results"] = [{"case": name} for name in out["models"]]
+
+    def train_and_score(self, work: Path, data_bin: Path, s: Scale, name: str, arch: str, extra: List) -> Dict:
+        save = work / "checkpoints" / arch
+        every = max(1, s.updates // s.validations)
+        log = fairseq("fairseq-train", data_bin, "--user-dir", USER_DIR, *TRAIN, "--arch", arch, *extra,
+                      "--encoder-layers", s.layers, "--decoder-layers", s.layers, "--encoder-embed-dim", s.dim,
+                      "--decoder-embed-dim", s.dim, "--encoder-ffn-embed-dim", s.ffn, "--decoder-ffn-embed-dim", s.ffn,
+                      "--encoder-attention-heads", s.heads, "--decoder-attention-heads", s.heads,
+                      "--lr", s.lr, "--warmup-updates", s.warmup, "--max-tokens", s.max_tokens,
+                      "--max-update", s.updates, "--validate-interval-updates", every, "--save-interval-updates",
+                      every, "--keep-interval-updates", 1, "--log-interval", min(50, max(1, s.updates // 10)),
+                      "--save-dir", save, *s.device, log=work / "logs" / f"train-{arch}.log")
+        run = {"params": last(r"num. shared model params: ([0-9,]+)", log, lambda x: int(x.replace(",", ""))),
+               "curve": valid_curve(log), "seconds_per_update": seconds_per_update(log),
+               "train_seconds": last(r"done training in ([0-9.]+)", log)}
+        for beam in s.beams:
+            log = fairseq("fairseq-generate", data_bin, "--user-dir", USER_DIR, "--path", save / "checkpoint_best.pt",
+                          "--gen-subset", "test", "--beam", beam, "--batch-size", 32, "--required-batch-size-multiple",
+                          1, "--bpe", "sentencepiece", "--sentencepiece-model", data_bin / "sentencepiece.bpe.model",
+                          "--max-len-a", 1.5, "--max-len-b", 10, *s.device, log=work / "logs" / f"generate-{arch}-{beam}.log",
+                          echo=None)
+            sentences, tokens, per_s, tokens_per_s = GENERATED.search(log).groups()
+            hyps = detokenised_hypotheses(log)
+            run[f"beam{beam}"] = {"sentences_per_s": float(per_s), "tokens_per_s": float(tokens_per_s),
+                                  "sentences": int(sentences.replace(",", ""))}
+            if beam == max(s.beams):
+                hyp_file = work / f"hyp-{arch}.de"
+                hyp_file.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
+                run["sacrebleu"] = sacrebleu(data_bin / "raw" / "test.de", hyp_file)
+                run["beam"] = beam
+        say(f"   {name}: BLEU {run['sacrebleu']['BLEU']['score']}, chrF {run['sacrebleu']['chrF2']['score']}, "
+            f"{run['train_seconds']:.0f} s training", "translation")
+        return run
+
+    def render(self, data):
+        return render(data)
+
+    def plot(self, data):
+        return plot(data)
+
+
+def detokenised_hypotheses(log: str) -> List[str]:
+    """fairseq-generate's D-<id> lines (detokenised best hypotheses), in the test split's order."""
+    found = {int(i): text for i, _, text in re.findall(r"^D-(\d+)\t([^\t]*)\t(.*)$", log, re.M)}
+    return [found[i] for i in range(len(found))]
+
+
+def sacrebleu(references: Path, hypotheses: Path) -> Dict:
+    """sacrebleu's command line: {metric: {score, signature, ...}} for BLEU and chrF."""
+    out = subprocess.run([str(BIN / "sacrebleu"), str(references), "-i", str(hypotheses), "-m", "bleu", "chrf",
+                          "-w", "2"], capture_output=True, text=True, check=True).stdout
+    return {entry["name"]: entry for entry in json.loads(out)}
+
+
+def speed_at_length(checkpoints: Dict[str, Path], data_bin: Path, s: Scale) -> Dict:
+    """{model: {L: {beam: ms per generated token}}} with sources and targets of L/2 tokens each."""
+    import torch
+    from fairseq import checkpoint_utils
+    from fairseq.sequence_generator import SequenceGenerator
+
+    results: Dict[str, Dict] = {name: {} for name in checkpoints}
+    loaded = {}
+    for name, path in checkpoints.items():
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data_bin)})
+        loaded[name] = (models[0].eval(), task)
+    for length in s.lengths:
+        half = length // 2
+        for beam in s.beams:
+            for name, (model, task) in loaded.items():  # the models alternate at every point
+                dictionary = task.target_dictionary
+                generator = SequenceGenerator([model], dictionary, beam_size=beam, min_len=half, max_len_a=0,
+                                              max_len_b=half)
+                torch.manual_seed(0)
+                src = torch.randint(dictionary.nspecial, len(dictionary), (1, half))
+                src[0, -1] = dictionary.eos()
+                sample = {"net_input": {"src_tokens": src, "src_lengths": torch.tensor([half])}}
+                with torch.no_grad():
+                    started = time.perf_counter()
+                    hypos = generator.forward(sample)
+                    elapsed = time.perf_counter() - started
+                steps = len(hypos[0][0]["tokens"])
+                results[name].setdefault(str(length), {})[str(beam)] = round(1000 * elapsed / steps, 3)
+                say(f"   L={length} beam {beam} {name}: {1000 * elapsed / steps:.2f} ms per token ({steps} tokens)",
+                    "translation")
+    return results
+
+
+def render(data) -> Tuple[str, List[str]]:
+    study = data["study"]
+    s = Scale(**{k: tuple(v) if isinstance(v, list) else v for k, v in study["scale"].items()})
+    models = study["models"]
+    pairs = study["pairs"]
+    lines = ["### Translation: softmax transformer vs linear_transformer (English -> German message catalogs)", "",
+             f"{machine_line(data['machine'], data['load_start'], data['load_end'])}.", "",
+             f"Data: the machine's gettext catalogs (/usr/share/locale/de), split by catalog: train {pairs['train']:,}, "
+             f"valid {pairs['valid']:,}, test {pairs['test']:,} pairs; joint sentencepiece vocabulary {s.vocab}. "
+             f"Budget (both models the same): {s.layers}+{s.layers} layers, d={s.dim}, {s.heads} heads, FFN {s.ffn}, "
+             f"shared embeddings; {s.updates} updates of {s.max_tokens} tokens, Adam lr {s.lr:g}, inverse_sqrt with "
+             f"{s.warmup} warm-up updates, label smoothing 0.1, dropout 0.1, seed 1; `{' '.join(s.device)}`. "
+             f"Took {study['total_s'] / 60:.0f} min.", ""]
+    beam = max(s.beams)
+    signature = {m: models[SOFTMAX]["sacrebleu"][m]["signature"] for m in ("BLEU", "chrF2")}
+    rows = []
+    for name, r in models.items():
+        bleu, chrf = r["sacrebleu"]["BLEU"], r["sacrebleu"]["chrF2"]
+        rows.append([name, f"{r['params']:,}", f"{r['curve'][-1][1]:.3f}" if r["curve"] else "–",
+                     f"{bleu['score']:.2f}", f"{chrf['score']:.2f}", f"{r['seconds_per_update']:.3f}",
+                     *(f"{r[f'beam{b}']['sentences_per_s']:.1f}" for b in s.beams)])
+    lines += [f"**Quality and speed on the test split** (`fairseq-generate --beam {beam}`, detokenised, scored by "
+              f"sacrebleu's CLI; BLEU signature `{signature['BLEU']}`, chrF `{signature['chrF2']}`):", "",
+              md_table(["model", "parameters", "valid loss (base 2)", "BLEU", "chrF", "s / update",
+                        *(f"sentences/s beam {b}" for b in s.beams)], rows), ""]
+    speed = study["speed_at_length"]
+    rows = []
+    for length in map(str, s.lengths):
+        for b in map(str, s.beams):
+            soft, lin = speed[SOFTMAX][length][b], speed[LINEAR][length][b]
+            rows.append([length, int(length) // 2, b, f"{soft:.2f}", f"{lin:.2f}", f"{soft / lin:.2f}x"])
+    lines += ["**Generation speed at length** (one sentence; source and target L/2 tokens each; ms per generated "
+              "token, fairseq's SequenceGenerator):", "",
+              md_table(["L = source + target", "source = target", "beam", "softmax ms/token", "linear ms/token",
+                        "linear speed-up"], rows), ""]
+    soft, lin = models[SOFTMAX]["sacrebleu"], models[LINEAR]["sacrebleu"]
+    verdicts = [f"BLEU {lin['BLEU']['score']:.2f} linear vs {soft['BLEU']['score']:.2f} softmax "
+                f"({lin['BLEU']['score'] - soft['BLEU']['score']:+.2f}); chrF {lin['chrF2']['score']:.2f} vs "
+                f"{soft['chrF2']['score']:.2f} ({lin['chrF2']['score'] - soft['chrF2']['score']:+.2f})"]
+    for b in map(str, s.beams):
+        ratios = ", ".join(f"L={length}: {speed[SOFTMAX][str(length)][b] / speed[LINEAR][str(length)][b]:.2f}x"
+                           for length in s.lengths)
+        verdicts.append(f"generation speed-up of linear over softmax, beam {b}: {ratios}")
+    return "\n".join(lines), verdicts
+
+
+def plot(data):
+    plt = pyplot()
+    study = data["study"]
+    fig, (ax_curve, ax_speed) = plt.subplots(1, 2, figsize=(12, 4.5))
+    curve_axes(ax_curve, study["models"], "validation loss (label-smoothed, base 2)")
+    for name, per_length in study["speed_at_length"].items():
+        lengths = [int(x) for x in per_length]
+        for beam in next(iter(per_length.values())):
+            ax_speed.plot(lengths, [per_length[str(n)][beam] for n in lengths], marker="o",
+                          ls="-" if name == SOFTMAX else "--", label=f"{name.split(' ')[0]}, beam {beam}")
+    log_axes(ax_speed, "source + target length", "ms per generated token")
+    ax_speed.set_title("generation cost per token", fontsize=9)
+    ax_speed.legend(fontsize=7)
+    fig.tight_layout()
+    return titled(fig, "translation side by side", data)
+
+
+main = entry_point(TranslationBenchmark)
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""English -> German data-bin for ``--task translation`` from the system's message catalogs, no download.
+
+    python scripts/prepare_translation_data.py --destdir data-bin/catalogs.en-de
+
+Steps: extract the catalogs' pairs split by catalog (:mod:`.catalogs`) into DESTDIR/raw/{train,valid,test}.{en,de};
+train one sentencepiece model on both sides of train (a joint vocabulary, so that ``--share-all-embeddings``
+works); encode; ``fairseq-preprocess --source-lang en --target-lang de --joined-dictionary``. DESTDIR then holds
+dict.{en,de}.txt, the binarized splits, ``sentencepiece.bpe.model`` (what fairseq's hub ``from_pretrained``
+and ``fairseq-interactive --bpe sentencepiece`` use) and raw/ (the detokenised references for sacrebleu).
+"""
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+from . import run_fairseq_preprocess
+from .catalogs import LOCALE_DIRS, MIN_PAIRS, TooFewCatalogsError, extract
+from .spm import encode_file, train_sentencepiece
+
+SPM_MODEL_NAME = "sentencepiece.bpe.model"
+DEFAULT_VOCAB_SIZE = 8000
+SOURCE, TARGET = "en", "de"
+
+
+def prepare_translation_data(destdir: str | Path, vocab_size: int = DEFAULT_VOCAB_SIZE,
+                             locale_dirs: Sequence[str | Path] = LOCALE_DIRS, python_packages: bool = False,
+                             seed: int = 1, workers: int = 2, min_pairs: int = MIN_PAIRS) -> dict:
+    """Write the data-bin (see the module doc); returns the pairs per split."""
+    destdir = Path(destdir)
+    raw = destdir / "raw"
+    counts = extract(raw, TARGET, locale_dirs, python_packages, seed, min_pairs)
+    model = train_sentencepiece([raw / f"train.{SOURCE}", raw / f"train.{TARGET}"],
+                                (destdir / SPM_MODEL_NAME).with_suffix(""), vocab_size, seed=seed,
+                                num_threads=workers, hard_vocab_limit=False)
+    with tempfile.TemporaryDirectory(prefix="spm-encoded-") as encoded:
+        for split in counts:
+            for lang in (SOURCE, TARGET):
+                encode_file(model, raw / f"{split}.{lang}", Path(encoded) / f"{split}.{lang}")
+        run_fairseq_preprocess([
+            "--source-lang", SOURCE, "--target-lang", TARGET, "--joined-dictionary", "--destdir", str(destdir),
+            "--workers", str(workers), *(arg for split in ("train", "valid", "test")
+                                         for arg in (f"--{split}pref", str(Path(encoded) / split)))])
+    return counts
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--destdir", type=Path, required=True, help="data-bin folder to write")
+    parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="joint sentencepiece vocabulary")
+    parser.add_argument("--locale-dir", action="append", help=f"where to look (default: {', '.join(LOCALE_DIRS)})")
+    parser.add_argument("--python-packages", action="store_true",
+                        help="also use the catalogs that installed Python packages ship")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--min-pairs", type=int, default=MIN_PAIRS, help="refuse to build a corpus with fewer pairs")
+    args = parser.parse_args(argv)
+    try:
+        counts = prepare_translation_data(args.destdir, args.vocab_size, args.locale_dir or LOCALE_DIRS,
+                                          args.python_packages, args.seed, args.workers, args.min_pairs)
+    except TooFewCatalogsError as error:
+        parser.exit(2, f"error: {error}\n")
+    print(f"data-bin: {args.destdir} ({', '.join(f'{s} {n} pairs' for s, n in counts.items())}; "
+          f"dict.{SOURCE}.txt = dict.{TARGET}.txt, {SPM_MODEL_NAME}, raw/)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+"""``linear_transformer``: fairseq's translation transformer with kernelized linear attention everywhere.
+
+* encoder self-attention: non-causal kernel attention (padding exact);
+* decoder self-attention: causal kernel attention, chunked in training, an RNN when generating (its state
+  (S, z) per layer and hypothesis in ``incremental_state``);
+* encoder-decoder attention: kernel attention over the encoder output, whose summary (S, z) is computed once
+  per source sentence and kept in ``incremental_state`` (:class:`..attention.KernelCrossAttention`), or
+  fairseq's softmax ``MultiheadAttention`` with ``--cross-attention softmax``.
+
+A decoding step therefore costs the same whatever the source and target lengths, and a beam hypothesis
+carries a fixed-size state instead of growing key/value caches. Everything else (embeddings, layers,
+``fairseq-generate``'s beam search, the hub's ``translate()``) is fairseq's own ``transformer``; the archs
+mirror fairseq's sizes: ``linear_transformer``, ``linear_transformer_iwslt_de_en``, ``linear_transformer_wmt_en_de``
+(and the other ``transformer_*`` sizes under the same prefix).
+"""
+from argparse import Namespace
+
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerModel
+from fairseq.models.transformer import transformer_legacy as fairseq_transformer
+from omegaconf import OmegaConf
+
+from ..attention import KernelOptions, LayerShape, build_attention, option
+from .checkpoint_fit import ChecksCheckpointFit
+from .layers import DecoderLayer, SwappedAttentionDecoder, SwappedAttentionEncoder, wrap_layer
+
+CROSS_ATTENTIONS = ("kernel", "softmax")
+DEFAULT_CROSS_ATTENTION = "kernel"
+# fairseq's transformer sizes, each registered as linear_<name>
+SIZES = ("transformer", "transformer_tiny", "transformer_iwslt_de_en", "transformer_wmt_en_de",
+         "transformer_vaswani_wmt_en_de_big", "transformer_vaswani_wmt_en_fr_big", "transformer_wmt_en_de_big",
+         "transformer_wmt_en_de_big_t2t")
+
+
+def cross_attention_kind(args) -> str:
+    kind = option(args, "cross_attention", DEFAULT_CROSS_ATTENTION)
+    if kind not in CROSS_ATTENTIONS:
+        raise ValueError(f"--cross-attention {kind!r} is unknown: choose one of {', '.join(CROSS_ATTENTIONS)}")
+    return kind
+
+
+class LinearTransformerEncoder(SwappedAttentionEncoder):
+    """fairseq's TransformerEncoder with non-causal kernel self-attention."""
+
+    options_class = KernelOptions
+
+
+class CrossAttendingDecoderLayer(DecoderLayer):
+    """fairseq's decoder layer with our causal self-attention and, unless softmax is asked for, kernel
+    attention over the encoder output (built by the decoder through the factory and handed in)."""
+
+    def __init__(self, cfg, self_attn, encoder_attn=None):
+        self._pending_encoder_attn = [encoder_attn]
+        super().__init__(cfg, self_attn, no_encoder_attn=False)
+
+    def build_encoder_attention(self, embed_dim, cfg):
+        attn = self._pending_encoder_attn.pop()
+        del self._pending_encoder_attn
+        return attn if attn is not None else super().build_encoder_attention(embed_dim, cfg)
+
+
+class LinearTransformerDecoder(SwappedAttentionDecoder):
+    """fairseq's TransformerDecoder (with encoder attention) whose self-attention is causal kernel attention."""
+
+    options_class = KernelOptions
+
+    def __init__(self, args, dictionary, embed_tokens):
+        self.cross_attention = cross_attention_kind(args)
+        self.read_attention_options(args)
+        # TransformerDecoder itself, not SwappedAttentionDecoder's language-model form (no encoder attention)
+        TransformerDecoder.__init__(self, args, dictionary, embed_tokens, no_encoder_attn=False)
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        cfg = TransformerConfig.from_namespace(cfg)
+        index = self._layers_built
+        self_attn = self.next_attention(cfg, causal=True)
+        encoder_attn = None
+        if self.cross_attention == "kernel":
+            encoder_attn = build_attention(self.attention_options, index, LayerShape.encoder_attention(cfg))
+        return wrap_layer(CrossAttendingDecoderLayer(cfg, self_attn, encoder_attn), cfg)
+
+
+@register_model("linear_transformer")
+class LinearTransformerModel(ChecksCheckpointFit, TransformerModel):
+    """fairseq's ``transformer`` (``--task translation``) with kernel attention; see the module doc."""
+
+    @classmethod
+    def attention_stack(cls):
+        return LinearTransformerDecoder
+
+    @classmethod
+    def identity(cls, cfg):
+        return {**super().identity(cfg), "--encoder-attention-heads": int(option(cfg, "encoder_attention_heads", 0)),
+                "--cross-attention": option(cfg, "cross_attention", DEFAULT_CROSS_ATTENTION)}
+
+    @classmethod
+    def add_args(cls, parser):
+        TransformerModel.add_args(parser)
+        KernelOptions.add_args(parser, causal=True)
+        parser.add_argument("--cross-attention", choices=CROSS_ATTENTIONS,
+                            help="the decoder's attention over the source: kernel (a fixed-size summary per "
+                                 "sentence, constant cost per step) or fairseq's softmax MultiheadAttention "
+                                 f"(default {DEFAULT_CROSS_ATTENTION})")
+
+    @classmethod
+    def build_model(cls, args, task):
+        if OmegaConf.is_config(args):
+            # fairseq's TransformerConfig.from_namespace keeps a Namespace's extra keys (our options) but not a
+            # DictConfig's (fairseq-hydra-train, checkpoints): hand it a Namespace
+            args = Namespace(**OmegaConf.to_container(args, resolve=True))
+        KernelOptions.set_defaults(args)
+        if option(args, "cross_attention") is None:
+            args.cross_attention = DEFAULT_CROSS_ATTENTION
+        cross_attention_kind(args)
+        return super().build_model(args, task)
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return LinearTransformerEncoder(args, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return LinearTransformerDecoder(args, tgt_dict, embed_tokens)
+
+    @classmethod
+    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".",
+                        bpe="sentencepiece", **kwargs):
+        """fairseq's hub loader (``translate()``, ``sample()``), sentencepiece by default (no download)."""
+        return super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, bpe=bpe, **kwargs)
+
+
+def register_translation_archs():
+    """``linear_<size>`` for each of fairseq's ``transformer`` sizes, with the kernel options' defaults."""
+    for size in SIZES:
+        fairseq_arch = getattr(fairseq_transformer, {"transformer": "base_architecture",
+                                                     "transformer_tiny": "tiny_architecture"}.get(size, size))
+
+        def arch(args, fairseq_arch=fairseq_arch):
+            KernelOptions.set_defaults(args)
+            if option(args, "cross_attention") is None:
+                args.cross_attention = DEFAULT_CROSS_ATTENTION
+            fairseq_arch(args)
+
+        register_model_architecture("linear_transformer", f"linear_{size}")(arch)
+
+
+register_translation_archs()

@@ -1,0 +1,35 @@
+"""The translation benchmark's --quick run through the real command lines (data script, fairseq-train for both
+models, fairseq-generate at beam 1 and 5, sacrebleu's CLI, generation at length) on catalogs the test writes."""
+import json
+import os
+import subprocess
+import sys
+
+from fairseq_linattn.bench.translation import detokenised_hypotheses
+
+from ..data.mo_files import numbered_catalogs
+
+
+def test_hypotheses_come_back_in_the_test_splits_order():
+    log = "S-1\tb\nD-1\t-0.5\tzwei\nINFO:x\nD-0\t-0.1\teins mit\ttab\n"
+    assert detokenised_hypotheses(log) == ["eins mit\ttab", "zwei"]
+
+
+def test_quick_run_writes_the_tables(tmp_path):
+    locale = numbered_catalogs(tmp_path / "locale", catalogs=20, per_catalog=40)
+    out, work = tmp_path / "results", tmp_path / "work"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-m", "fairseq_linattn.bench.translation", "--quick", "--out", str(out),
+                           "--work-dir", str(work), "--locale-dir", str(locale), "--max-wait", "0"],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    markdown = (out / "translation.md").read_text()
+    assert "BLEU signature `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in markdown
+    study = json.loads((out / "translation.json").read_text())["study"]
+    assert len(study["models"]) == 2
+    for name, run in study["models"].items():
+        assert 0 <= run["sacrebleu"]["BLEU"]["score"] <= 100 and 0 <= run["sacrebleu"]["chrF2"]["score"] <= 100
+        assert run["beam1"]["sentences"] == run["beam5"]["sentences"] == study["pairs"]["test"]  # none dropped
+        assert set(study["speed_at_length"][name]) == {"64", "256"}
+    assert (out / "translation.png").stat().st_size > 10_000
+    assert "generation speed-up of linear over softmax, beam 5" in proc.stdout

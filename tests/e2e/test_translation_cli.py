@@ -1,0 +1,87 @@
+"""linear_transformer through the real command lines: the catalog data script, fairseq-train --task translation,
+fairseq-generate (beam 5, sacrebleu and chrF scoring), fairseq-interactive, the hub's translate(), hydra."""
+import re
+
+import pytest
+
+from fairseq_linattn.models.linear_transformer import LinearTransformerModel
+
+from ..data.mo_files import numbered_catalogs
+from .cli import COMMON, ROOT, USER_DIR, python, run
+
+SPM = "sentencepiece.bpe.model"
+TRAIN = ["--task", "translation", "--arch", "linear_transformer_tiny", "--share-all-embeddings", "--optimizer", "adam",
+         "--lr", "2e-3", "--max-tokens", "1024", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing",
+         "0.1", "--no-epoch-checkpoints", *COMMON]
+
+
+@pytest.fixture(scope="module")
+def catalog_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("catalogs")
+    locale = numbered_catalogs(root / "locale", catalogs=20, per_catalog=40)
+    log = python(f"{ROOT}/scripts/prepare_translation_data.py", "--destdir", root / "data-bin", "--locale-dir", locale,
+                 "--vocab-size", "120", "--min-pairs", "500")
+    assert re.search(r"test \d+ pairs, valid \d+ pairs, train \d+ pairs", log), log
+    for name in ("dict.en.txt", "dict.de.txt", "train.en-de.en.bin", "test.en-de.de.idx", SPM, "raw/test.de"):
+        assert (root / "data-bin" / name).exists(), name
+    assert (root / "data-bin" / "dict.en.txt").read_text() == (root / "data-bin" / "dict.de.txt").read_text()
+    return root / "data-bin"
+
+
+@pytest.fixture(scope="module")
+def linear_mt(catalog_data, tmp_path_factory):
+    save = tmp_path_factory.mktemp("linear_mt")
+    log = run("fairseq-train", catalog_data, "--user-dir", USER_DIR, *TRAIN, "--max-update", "8", "--save-dir", save)
+    assert "(encoder_attn): KernelCrossAttention(" in log and "causal=True, chunk_size=64" in log, log[-4000:]
+    (save / SPM).write_bytes((catalog_data / SPM).read_bytes())  # the hub looks for it beside the checkpoint
+    return save
+
+
+@pytest.mark.parametrize("scoring, metric", [("sacrebleu", "BLEU"), ("chrf", "chrF")])
+def test_generate_with_beam_search_and_scores(catalog_data, linear_mt, scoring, metric):
+    log = run("fairseq-generate", catalog_data, "--user-dir", USER_DIR, "--path", linear_mt / "checkpoint_last.pt",
+              "--gen-subset", "test", "--beam", "5", "--nbest", "2", "--batch-size", "16", "--cpu",
+              # fairseq 0.12 drops the sentences of a last batch beyond a multiple of 8 (its default) with --batch-size
+              "--required-batch-size-multiple", "1", "--bpe", "sentencepiece", "--sentencepiece-model",
+              catalog_data / SPM, "--scoring", scoring, "--max-len-b", "20")
+    assert re.search(rf"Generate test with beam=5: {metric}", log), log[-3000:]
+    hypotheses = re.findall(r"^D-\d+\t", log, re.M)
+    assert len(hypotheses) == 2 * len((catalog_data / "raw" / "test.de").read_text().splitlines())
+
+
+def test_interactive(catalog_data, linear_mt):
+    log = run("fairseq-interactive", catalog_data, "--user-dir", USER_DIR, "--path", linear_mt / "checkpoint_last.pt",
+              "--beam", "5", "--cpu", "--bpe", "sentencepiece", "--sentencepiece-model", catalog_data / SPM,
+              "--source-lang", "en", "--target-lang", "de", "--input", catalog_data / "raw" / "valid.en")
+    assert len(re.findall(r"^H-\d+\t", log, re.M)) == len((catalog_data / "raw" / "valid.en").read_text().splitlines())
+
+
+def test_hub_translate_is_rnn_decoding(catalog_data, linear_mt):
+    hub = LinearTransformerModel.from_pretrained(str(linear_mt), "checkpoint_last.pt", str(catalog_data)).eval()
+    out = hub.translate(["cannot open file %s (1.2)", "shared message"], beam=5)
+    assert len(out) == 2 and all(isinstance(text, str) for text in out)
+    assert hub.translate("cannot open file %s (1.2)", beam=5) == out[0]  # batched == alone
+
+
+def test_softmax_cross_attention_option(catalog_data, tmp_path):
+    log = run("fairseq-train", catalog_data, "--user-dir", USER_DIR, *TRAIN, "--max-update", "2", "--save-dir",
+              tmp_path, "--cross-attention", "softmax", "--feature-map", "favor")
+    assert "(encoder_attn): MultiheadAttention(" in log and "KernelCrossAttention" not in log
+    run("fairseq-generate", catalog_data, "--user-dir", USER_DIR, "--path", tmp_path / "checkpoint_last.pt",
+        "--gen-subset", "valid", "--beam", "5", "--batch-size", "16", "--cpu", "--max-len-b", "10")
+
+
+def test_bad_cross_attention_is_refused_at_start_up(catalog_data, tmp_path):
+    log = run("fairseq-train", catalog_data, "--user-dir", USER_DIR, *TRAIN, "--max-update", "1", "--save-dir",
+              tmp_path, "--cross-attention", "linformer", check=False)
+    assert log.returncode == 2 and "--cross-attention: invalid choice: 'linformer'" in log
+
+
+def test_hydra_config(catalog_data, tmp_path):
+    log = run("fairseq-linattn-hydra-train", "--config-name", "translation/linear_transformer_iwslt_de_en",
+              "model=linear_transformer_tiny", f"task.data={catalog_data}", "common.cpu=true",
+              "common.log_format=simple", "optimization.max_update=2", "dataset.max_tokens=1024",
+              "dataset.num_workers=0", "model.feature_map=relu", "model.cross_attention=softmax",
+              f"checkpoint.save_dir={tmp_path / 'ckpt'}", cwd=tmp_path)
+    assert "(encoder_attn): MultiheadAttention(" in log and "relu: 32 -> 32" in log, log[-4000:]
+    assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()

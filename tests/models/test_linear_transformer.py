@@ -1,0 +1,157 @@
+"""linear_transformer (translation): kernel encoder-decoder attention against its reference, and the decoder's
+incremental (RNN) form against its parallel forward, with beam reordering and fairseq's own beam search."""
+import copy
+
+import pytest
+import torch
+from fairseq.modules import MultiheadAttention
+from fairseq.sequence_generator import SequenceGenerator
+
+from fairseq_linattn.attention import KernelAttention, KernelCrossAttention
+from fairseq_linattn.attention.ops.linear_attn import linear_attention_reference
+from fairseq_linattn.attention.ops.linear_attn.bidirectional import attend_to_summary, summarise
+
+from .builders import build
+
+SMALL = dict(encoder_layers=2, decoder_layers=2, encoder_embed_dim=32, decoder_embed_dim=32,
+             encoder_ffn_embed_dim=64, decoder_ffn_embed_dim=64, encoder_attention_heads=4,
+             decoder_attention_heads=4, dropout=0.0, max_source_positions=128, max_target_positions=128)
+
+
+def translation_model(**overrides):
+    torch.manual_seed(0)
+    model, task = build("linear_transformer", **{**SMALL, **overrides})
+    return model.eval(), task
+
+
+def source_batch(task, lengths=(9, 6, 3)):
+    """Left-padded sources (fairseq's translation default) ending in </s>."""
+    pad, eos, n = task.dictionary.pad(), task.dictionary.eos(), len(task.dictionary)
+    tokens = torch.full((len(lengths), max(lengths)), pad)
+    for i, length in enumerate(lengths):
+        tokens[i, -length:] = torch.randint(4, n - 1, (length,))
+        tokens[i, -1] = eos
+    return tokens, torch.tensor(lengths)
+
+
+# ---------------------------------------------------------------------------------------------- the op
+@pytest.mark.parametrize("log_scaled", [False, True])
+def test_summary_then_queries_equal_the_kernel_matrix_over_another_length(log_scaled):
+    torch.manual_seed(0)
+    q, k, v = torch.rand(2, 3, 5, 8, dtype=torch.float64), torch.rand(2, 3, 11, 8, dtype=torch.float64), \
+        torch.randn(2, 3, 11, 4, dtype=torch.float64)
+    log_scale = torch.randn(2, 3, 11, 1, dtype=torch.float64) * 20 if log_scaled else None
+    out = attend_to_summary(q, summarise(k, v, log_scale), eps=0.0)
+    torch.testing.assert_close(out, linear_attention_reference(q, k, v, eps=0.0, key_log_scale=log_scale))
+    assert summarise(k, v).shape == (2, 3, 8, 5)  # M x (D+1): independent of the 11 source positions
+
+
+def test_summary_gradients_match_the_reference():
+    torch.manual_seed(0)
+    q, k = torch.rand(1, 2, 4, 3, dtype=torch.float64, requires_grad=True), \
+        torch.rand(1, 2, 7, 3, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, 2, 7, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda q, k, v: attend_to_summary(q, summarise(k, v)), (q, k, v))
+
+
+def test_padded_source_positions_change_nothing():
+    torch.manual_seed(0)
+    attn = KernelCrossAttention(16, 2, source_dim=24).eval()
+    query, source = torch.randn(5, 1, 16), torch.randn(7, 1, 24)
+    padded = torch.cat([torch.randn(3, 1, 24) * 100, source])  # left padding with large values
+    mask = torch.tensor([[True] * 3 + [False] * 7])
+    expected, _ = attn(query, source, source)
+    got, weights = attn(query, padded, padded, key_padding_mask=mask, need_weights=True)
+    torch.testing.assert_close(got, expected)
+    assert weights is None  # no source positions kept: see the module doc
+
+
+def test_cross_attention_comes_from_the_factory_or_is_fairseqs_softmax():
+    model, _ = translation_model()
+    layers = model.decoder.layers
+    assert all(isinstance(layer.encoder_attn, KernelCrossAttention) for layer in layers)
+    assert all(isinstance(layer.self_attn, KernelAttention) and layer.self_attn.causal for layer in layers)
+    assert all(not layer.self_attn.causal for layer in model.encoder.layers)
+    softmax, _ = translation_model(cross_attention="softmax")
+    assert all(type(layer.encoder_attn) is MultiheadAttention for layer in softmax.decoder.layers)
+
+
+# ---------------------------------------------------------------------------------------------- decoding
+def decode_incrementally(model, encoder_out, prev, reorder_at=None, new_order=None):
+    """Token by token through the incremental state; optionally reorder (beam search) before step reorder_at."""
+    state = {}
+    steps = []
+    for t in range(prev.size(1)):
+        if t == reorder_at:
+            model.decoder.reorder_incremental_state_scripting(state, new_order)
+            encoder_out = model.encoder.reorder_encoder_out(encoder_out, new_order)
+            prev = prev.index_select(0, new_order)
+            steps = [s.index_select(0, new_order) for s in steps]
+        out, _ = model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)
+        steps.append(out[:, -1])
+    return torch.stack(steps, 1), prev
+
+
+@pytest.mark.parametrize("cross_attention", ["kernel", "softmax"])
+@pytest.mark.parametrize("feature_map", ["elu", "favor"])
+def test_incremental_decoding_equals_the_parallel_forward(cross_attention, feature_map):
+    model, task = translation_model(cross_attention=cross_attention, feature_map=feature_map)
+    src, lengths = source_batch(task)
+    prev = torch.randint(4, len(task.dictionary) - 1, (3, 8))
+    prev[:, 0] = task.dictionary.eos()
+    with torch.no_grad():
+        full, _ = model(src, lengths, prev)
+        incremental, _ = decode_incrementally(model, model.encoder(src, src_lengths=lengths), prev)
+    torch.testing.assert_close(incremental, full, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("new_order", [[1, 1, 3, 2], [2, 3]], ids=["within-sentences", "sentence-finished"])
+def test_summary_is_computed_once_and_reordered_with_the_beams(new_order):
+    """Two sentences, two beams each; beam search reorders within a sentence or drops a finished one."""
+    model, task = translation_model()
+    src, lengths = source_batch(task, lengths=(9, 4))
+    prev = torch.randint(4, len(task.dictionary) - 1, (4, 8))
+    new_order = torch.tensor(new_order)
+    with torch.no_grad():
+        encoder_out = model.encoder.reorder_encoder_out(model.encoder(src, src_lengths=lengths),
+                                                        torch.tensor([0, 0, 1, 1]))
+        reordered, prev_reordered = decode_incrementally(model, encoder_out, prev, reorder_at=4, new_order=new_order)
+        full, _ = model.decoder(prev_reordered, encoder_out=model.encoder.reorder_encoder_out(encoder_out, new_order))
+    torch.testing.assert_close(reordered, full, atol=1e-5, rtol=1e-4)
+
+
+def test_summary_is_kept_in_the_incremental_state():
+    model, task = translation_model()
+    src, lengths = source_batch(task)
+    prev = torch.randint(4, len(task.dictionary) - 1, (3, 8))
+    with torch.no_grad():
+        encoder_out = model.encoder(src, src_lengths=lengths)
+    state = {}
+    with torch.no_grad():
+        model.decoder(prev[:, :1], encoder_out=encoder_out, incremental_state=state)
+    summaries = [v for k, v in state.items() if "attn_state" in k and KernelCrossAttention.SUMMARY_KEY in v]
+    assert len(summaries) == SMALL["decoder_layers"]
+    assert summaries[0][KernelCrossAttention.SUMMARY_KEY].shape == (3, 4, 8, 9)  # B x H x M x (D+1)
+    with torch.no_grad():  # later steps read the summary: a changed encoder output is not looked at again
+        a, _ = model.decoder(prev[:, :2], encoder_out=encoder_out, incremental_state=copy.deepcopy(state))
+        changed = {**encoder_out, "encoder_out": [torch.randn_like(encoder_out["encoder_out"][0])]}
+        b, _ = model.decoder(prev[:, :2], encoder_out=changed, incremental_state=copy.deepcopy(state))
+    torch.testing.assert_close(a, b)
+
+
+def test_fairseqs_beam_search_scores_equal_the_parallel_forward():
+    model, task = translation_model()
+    src, lengths = source_batch(task)
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=5, max_len_b=12, min_len=2)
+    with torch.no_grad():
+        hypotheses = generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
+    eos = task.dictionary.eos()
+    for i, beams in enumerate(hypotheses):
+        assert len(beams) == 5
+        for hypo in beams:
+            target = hypo["tokens"]
+            prev = torch.cat([target.new_tensor([eos]), target[:-1]])[None]
+            with torch.no_grad():
+                logits, _ = model(src[i : i + 1], lengths[i : i + 1], prev)
+                log_probs = torch.log_softmax(logits.float(), -1)[0].gather(-1, target[:, None])[:, 0]
+            torch.testing.assert_close(hypo["positional_scores"], log_probs, atol=1e-4, rtol=1e-4)
