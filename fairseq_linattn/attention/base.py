@@ -30,7 +30,10 @@ class SelfAttention(nn.Module):
         bias: bool = True,
         q_noise: float = 0.0,
         qn_block_size: int = 8,
+        kdim: Optional[int] = None,
     ):
+        """``kdim``: the width of the keys' and values' input when it is not the query's (an encoder's output in
+        encoder-decoder attention; fairseq's MultiheadAttention's ``kdim = vdim``)."""
         super().__init__()
         if embed_dim % num_heads != 0:
             raise ValueError(
@@ -45,11 +48,13 @@ class SelfAttention(nn.Module):
         self.self_attention = True
         self.encoder_decoder_attention = False
 
-        def linear():
-            return quant_noise(nn.Linear(embed_dim, embed_dim, bias=bias), q_noise, qn_block_size)
+        self.kdim = embed_dim if kdim is None else kdim
 
-        self.k_proj = linear()
-        self.v_proj = linear()
+        def linear(in_dim=embed_dim):
+            return quant_noise(nn.Linear(in_dim, embed_dim, bias=bias), q_noise, qn_block_size)
+
+        self.k_proj = linear(self.kdim)
+        self.v_proj = linear(self.kdim)
         self.q_proj = linear()
         self.out_proj = linear()
         self.reset_parameters()

@@ -15,8 +15,7 @@ keeps those: S x C per layer and hypothesis).
 """
 from typing import Optional, Tuple
 
-from fairseq.modules.quant_noise import quant_noise
-from torch import Tensor, nn
+from torch import Tensor
 
 from .base import IncrementalState
 from .kernel import KernelAttention
@@ -32,16 +31,9 @@ class KernelCrossAttention(KernelAttention):
     def __init__(self, embed_dim: int, num_heads: int, source_dim: Optional[int] = None, **kernel_options):
         if kernel_options.pop("causal", False):
             raise ValueError("encoder-decoder attention sees the whole source: it cannot be causal")
-        super().__init__(embed_dim, num_heads, causal=False, **kernel_options)
+        # keys and values are projected from the encoder's width
+        super().__init__(embed_dim, num_heads, causal=False, kdim=source_dim, **kernel_options)
         self.self_attention, self.encoder_decoder_attention = False, True
-        source_dim = embed_dim if source_dim is None else source_dim
-        if source_dim != embed_dim:  # keys and values come from the encoder's width
-            bias = self.k_proj.bias is not None
-            q_noise, block = kernel_options.get("q_noise", 0.0), kernel_options.get("qn_block_size", 8)
-            self.k_proj = quant_noise(nn.Linear(source_dim, embed_dim, bias=bias), q_noise, block)
-            self.v_proj = quant_noise(nn.Linear(source_dim, embed_dim, bias=bias), q_noise, block)
-            self.reset_parameters()
-        self.source_dim = source_dim
 
     def forward(
         self,
@@ -77,8 +69,8 @@ class KernelCrossAttention(KernelAttention):
             return summary
         if source is None:
             raise ValueError("encoder-decoder attention needs the encoder output (key) at the first decoding step")
-        if source.dim() != 3 or source.size(-1) != self.source_dim:
-            raise ValueError(f"expected an encoder output of shape (source length, batch, {self.source_dim}), "
+        if source.dim() != 3 or source.size(-1) != self.kdim:
+            raise ValueError(f"expected an encoder output of shape (source length, batch, {self.kdim}), "
                              f"got {tuple(source.shape)}")
         k, k_log_scale = self.feature_map.key_features(self.split_heads(self.k_proj(source)))
         v = self.split_heads(self.v_proj(source))
@@ -103,4 +95,4 @@ class KernelCrossAttention(KernelAttention):
         return super().reorder_incremental_state(incremental_state, new_order)
 
     def extra_repr(self):
-        return f"source_dim={self.source_dim}, eps={self.eps}"
+        return f"source_dim={self.kdim}, eps={self.eps}"

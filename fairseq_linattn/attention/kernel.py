@@ -60,9 +60,10 @@ class KernelAttention(SelfAttention):
         bias: bool = True,
         q_noise: float = 0.0,
         qn_block_size: int = 8,
+        kdim: Optional[int] = None,
         **feature_map_options,
     ):
-        super().__init__(embed_dim, num_heads, dropout, bias, q_noise, qn_block_size)
+        super().__init__(embed_dim, num_heads, dropout, bias, q_noise, qn_block_size, kdim)
         if isinstance(feature_map, str):
             feature_map = build_feature_map(feature_map, self.head_dim, **feature_map_options)
         elif feature_map_options:

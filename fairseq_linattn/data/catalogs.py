@@ -22,7 +22,6 @@ import gettext
 import logging
 import random
 import sys
-from collections import OrderedDict
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
@@ -115,13 +114,9 @@ def split_by_catalog(catalogs: Dict[str, List[Pair]], seed: int = 1,
     assigned["train"] = names
     seen, splits = set(), {}
     for split in SPLITS:
-        unique: "OrderedDict[Pair, None]" = OrderedDict()
-        for name in sorted(assigned[split]):
-            for pair in catalogs[name]:
-                if pair not in seen:
-                    seen.add(pair)
-                    unique[pair] = None
-        splits[split] = list(unique)
+        pairs = dict.fromkeys(pair for name in sorted(assigned[split]) for pair in catalogs[name])  # in order, once
+        splits[split] = [pair for pair in pairs if pair not in seen]
+        seen.update(splits[split])
     return splits
 
 

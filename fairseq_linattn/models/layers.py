@@ -101,13 +101,16 @@ class SwappedAttentionEncoder(BuildsAttention, TransformerEncoder):
 
 
 class SwappedAttentionDecoder(BuildsAttention, TransformerDecoder):
-    """fairseq's TransformerDecoder (no encoder attention) with causal attention of ``options_class``."""
+    """fairseq's TransformerDecoder with causal self-attention of ``options_class``; a language model's
+    (no encoder attention) unless a subclass attends to an encoder (``no_encoder_attn = False`` and its own
+    :meth:`build_decoder_layer`)."""
 
     side = "decoder"
+    no_encoder_attn = True
 
     def __init__(self, args, dictionary, embed_tokens):
         self.read_attention_options(args)
-        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=True)
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=self.no_encoder_attn)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         cfg = TransformerConfig.from_namespace(cfg)

@@ -16,7 +16,7 @@ mirror fairseq's sizes: ``linear_transformer``, ``linear_transformer_iwslt_de_en
 from argparse import Namespace
 
 from fairseq.models import register_model, register_model_architecture
-from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerModel
+from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer import transformer_legacy as fairseq_transformer
 from omegaconf import OmegaConf
 
@@ -30,6 +30,14 @@ DEFAULT_CROSS_ATTENTION = "kernel"
 SIZES = ("transformer", "transformer_tiny", "transformer_iwslt_de_en", "transformer_wmt_en_de",
          "transformer_vaswani_wmt_en_de_big", "transformer_vaswani_wmt_en_fr_big", "transformer_wmt_en_de_big",
          "transformer_wmt_en_de_big_t2t")
+
+
+def set_defaults(args):
+    """The kernel options' and ``--cross-attention``'s defaults where ``args`` has none (arch functions, and
+    configs that name no arch)."""
+    KernelOptions.set_defaults(args)
+    if option(args, "cross_attention") is None:
+        args.cross_attention = DEFAULT_CROSS_ATTENTION
 
 
 def cross_attention_kind(args) -> str:
@@ -63,12 +71,11 @@ class LinearTransformerDecoder(SwappedAttentionDecoder):
     """fairseq's TransformerDecoder (with encoder attention) whose self-attention is causal kernel attention."""
 
     options_class = KernelOptions
+    no_encoder_attn = False
 
     def __init__(self, args, dictionary, embed_tokens):
         self.cross_attention = cross_attention_kind(args)
-        self.read_attention_options(args)
-        # TransformerDecoder itself, not SwappedAttentionDecoder's language-model form (no encoder attention)
-        TransformerDecoder.__init__(self, args, dictionary, embed_tokens, no_encoder_attn=False)
+        super().__init__(args, dictionary, embed_tokens)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         cfg = TransformerConfig.from_namespace(cfg)
@@ -108,10 +115,8 @@ class LinearTransformerModel(ChecksCheckpointFit, TransformerModel):
             # fairseq's TransformerConfig.from_namespace keeps a Namespace's extra keys (our options) but not a
             # DictConfig's (fairseq-hydra-train, checkpoints): hand it a Namespace
             args = Namespace(**OmegaConf.to_container(args, resolve=True))
-        KernelOptions.set_defaults(args)
-        if option(args, "cross_attention") is None:
-            args.cross_attention = DEFAULT_CROSS_ATTENTION
-        cross_attention_kind(args)
+        set_defaults(args)
+        cross_attention_kind(args)  # refuses an unknown value before anything is built
         return super().build_model(args, task)
 
     @classmethod
@@ -136,9 +141,7 @@ def register_translation_archs():
                                                      "transformer_tiny": "tiny_architecture"}.get(size, size))
 
         def arch(args, fairseq_arch=fairseq_arch):
-            KernelOptions.set_defaults(args)
-            if option(args, "cross_attention") is None:
-                args.cross_attention = DEFAULT_CROSS_ATTENTION
+            set_defaults(args)
             fairseq_arch(args)
 
         register_model_architecture("linear_transformer", f"linear_{size}")(arch)

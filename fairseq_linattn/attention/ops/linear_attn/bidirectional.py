@@ -32,8 +32,8 @@ def summarise(k: Tensor, v: Tensor, key_log_scale: Optional[Tensor] = None) -> T
     if key_log_scale is not None:
         log_scale = finite(key_log_scale.to(dtype))
         k = k * torch.exp(log_scale - log_scale.amax(-2, keepdim=True))
-    ones = torch.ones(*v.shape[:-1], 1, dtype=dtype, device=v.device)
-    return torch.matmul(k.transpose(-1, -2), torch.cat([v.to(dtype), ones], -1))
+    # the two sums side by side; not k^T [v | 1], which would copy all S values to append a column
+    return torch.cat([torch.matmul(k.transpose(-1, -2), v.to(dtype)), k.sum(-2).unsqueeze(-1)], -1)
 
 
 def attend_to_summary(q: Tensor, summary: Tensor, eps: float = 1e-6) -> Tensor:
