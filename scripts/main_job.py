@@ -29,6 +29,7 @@ from fairseq_linattn.bench.fairseq_runs import (
     prepare_corpus,
     say,
     seconds_per_update,
+    train_seconds,
     unigram_perplexity,
     valid_curve,
 )
@@ -129,7 +130,7 @@ class MainJob:
                           "--batch-size", TOKENS_PER_BATCH // n, "--tokens-per-sample", n, "--valid-subset", "test",
                           "--skip-invalid-size-inputs-valid-test", log=self.logs / f"validate_{name}.log")
             self.results[name] = {"arch": arch, "test_mlm_ppl": last(r"\| ppl ([0-9.]+)", log),
-                                  "train_seconds": last(r"done training in ([0-9.]+) seconds", train_log),
+                                  "train_seconds": train_seconds(train_log),
                                   "seconds_per_update": seconds_per_update(train_log)}
             say(f"   {name}: test masked-LM perplexity {self.results[name]['test_mlm_ppl']} "
                 f"({self.ratio(self.results[name]['test_mlm_ppl']):.2f}x unigram)", "main-job")
@@ -171,7 +172,7 @@ class MainJob:
                           "--cpu", "--gen-subset", "test", "--tokens-per-sample", n, "--context-window", n // 2,
                           "--batch-size", "4", log=self.logs / f"eval_lm_{name}.log")
             self.results[name] = {"arch": arch, "test_ppl": last(r"Perplexity: ([0-9.]+)", log),
-                                  "train_seconds": last(r"done training in ([0-9.]+) seconds", train_log),
+                                  "train_seconds": train_seconds(train_log),
                                   "seconds_per_update": seconds_per_update(train_log)}
             say(f"   {name}: test perplexity {self.results[name]['test_ppl']} "
                 f"({self.ratio(self.results[name]['test_ppl']):.2f}x unigram; fairseq-eval-lm, context window "

@@ -66,7 +66,13 @@ def valid_curve(log: str, metric: str = "loss") -> List[Tuple[int, float]]:
 
 
 def train_seconds(log: str) -> float:
+    """fairseq-train's own count of its training time."""
     return last(r"done training in ([0-9.]+) seconds", log)
+
+
+def parameter_count(log: str) -> int:
+    """The model's parameters, as fairseq-train reports them."""
+    return last(r"num. shared model params: ([0-9,]+)", log, lambda x: int(x.replace(",", "")))
 
 
 def seconds_per_update(log: str) -> float:
@@ -169,17 +175,6 @@ def prepare_corpus(work: Path, max_chars: int, vocab: int, workers: int = 2) -> 
     (cls,) = preprocess_glue(corpus, [spec], Path(work) / "glue", lm / "sentencepiece.bpe.model", lm / "dict.txt",
                              workers=workers)
     return CorpusData(lm=lm, cls=cls, summary=summary)
-
-
-def flags(options: Dict) -> List[str]:
-    """{"--lr": 1e-3, "--cpu": True, "--fp16": False} -> ["--lr", "0.001", "--cpu"]."""
-    out = []
-    for name, value in options.items():
-        if value is True:
-            out.append(name)
-        elif value is not False and value is not None:
-            out += [name, str(value)]
-    return out
 
 
 def sequence(*parts: Sequence) -> List[str]:

@@ -40,12 +40,14 @@ from .fairseq_runs import (
     CorpusData,
     fairseq,
     last,
+    parameter_count,
     perplexity_by_position,
     positional_log_probs,
     prepare_corpus,
     say,
     seconds_per_update,
     sequence,
+    train_seconds,
     unigram_perplexity,
     valid_curve,
 )
@@ -148,8 +150,8 @@ class Quality:
                       "--save-dir", save, "--log-interval", min(10, max(1, updates // 8)), *s.device, *COMMON,
                       log=self.work / "logs" / f"train-{save.name}.log", echo=None)
         run = {"save": save, "best": save / "checkpoint_best.pt", "curve": valid_curve(log, metric),
-               "params": last(r"num. shared model params: ([0-9,]+)", log, lambda x: int(x.replace(",", ""))),
-               "seconds_per_update": seconds_per_update(log), "train_seconds": last(r"done training in ([0-9.]+)", log)}
+               "params": parameter_count(log),
+               "seconds_per_update": seconds_per_update(log), "train_seconds": train_seconds(log)}
         self.runs[key] = run
         say(f"   {' / '.join(map(str, key))}: {updates} updates in {run['train_seconds']:.0f} s, "
             f"{run['params']:,} parameters, last validation {metric} {run['curve'][-1][1] if run['curve'] else '-'}",

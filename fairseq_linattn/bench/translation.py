@@ -26,7 +26,7 @@ from typing import Dict, List, Tuple
 
 from ..data.catalogs import LOCALE_DIRS
 from ..data.translation_data import prepare_translation_data
-from .fairseq_runs import BIN, USER_DIR, fairseq, last, say, seconds_per_update, valid_curve
+from .fairseq_runs import BIN, USER_DIR, fairseq, parameter_count, say, seconds_per_update, train_seconds, valid_curve
 from .machine import machine_line
 from .report import curve_axes, log_axes, md_table, pyplot, titled
 from .runner import ROOT, Study, entry_point
@@ -117,9 +117,9 @@ class TranslationBenchmark(Study):
                       "--max-update", s.updates, "--validate-interval-updates", every, "--save-interval-updates",
                       every, "--keep-interval-updates", 1, "--log-interval", min(50, max(1, s.updates // 10)),
                       "--save-dir", save, *s.device, log=work / "logs" / f"train-{arch}.log")
-        run = {"params": last(r"num. shared model params: ([0-9,]+)", log, lambda x: int(x.replace(",", ""))),
+        run = {"params": parameter_count(log),
                "curve": valid_curve(log), "seconds_per_update": seconds_per_update(log),
-               "train_seconds": last(r"done training in ([0-9.]+)", log)}
+               "train_seconds": train_seconds(log)}
         for beam in s.beams:
             log = fairseq("fairseq-generate", data_bin, "--user-dir", USER_DIR, "--path", save / "checkpoint_best.pt",
                           "--gen-subset", "test", "--beam", beam, "--batch-size", 32, "--required-batch-size-multiple",
