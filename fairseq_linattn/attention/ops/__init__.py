@@ -2,6 +2,10 @@
 
 * :mod:`.linear_attn`: kernelized linear attention (chunked causal op, recurrent step, bidirectional form,
   ``naive`` references);
+* :mod:`.gated_linear_attn`: linear attention with a decaying state (RetNet's fixed decay, GLA's gates): chunked
+  op, recurrent step, token-by-token reference;
+* :mod:`.delta_rule`: the (gated) delta rule of DeltaNet / Gated DeltaNet: chunked by the WY/UT transform,
+  recurrent step, token-by-token reference;
 * :mod:`.softmax`: softmax attention over (possibly compressed) keys (PyTorch's fused kernel and an fp32
   reference).
 """

@@ -1,0 +1,127 @@
+"""The delta rule (DeltaNet, and Gated DeltaNet with ``log_decay``) chunked for training: O(T) time and memory,
+gradients by autograd.
+
+    S_t = exp(g_t) (I - β_t k_t k_t^T) S_{t-1} + β_t k_t v_t^T,    o_t = S_t^T q_t
+
+(see :mod:`.naive`, the token-by-token reference; keys L2-normalised by the caller, q not scaled, no
+normaliser). Unlike linear attention, the state update depends on the state itself (S^T k_t is read before
+it is written), so the chunks cannot be summed independently. Writing the update as S_t = α_t S_{t-1} +
+k_t u_t^T with u_t = β_t (v_t - α_t S_{t-1}^T k_t) (α = exp(g)), and, inside a chunk of C tokens entering with
+state S_0, b = the cumsum of g within the chunk, γ_i = exp(b_i), Γ_ij = exp(b_i - b_j) (j <= i, all <= 1):
+
+    u_i = β_i (v_i - γ_i S_0^T k_i - Σ_{j<i} Γ_ij (k_i·k_j) u_j)
+
+a unit lower-triangular system in the u's. With L = I + tril(diag(β) (K K^T ⊙ Γ), -1) (the WY / UT
+transform of Yang et al. 2024):
+
+    Û = U - W S_0,    W = L^{-1} diag(β γ) K,    U = L^{-1} diag(β) V
+    O = diag(γ) Q S_0 + (tril(Q K^T) ⊙ Γ) Û            (tril including the diagonal)
+    S_C = γ_C S_0 + (K ⊙ exp(b_C - b))^T Û
+
+L, W, U, the masked scores and the decays do not depend on S_0: they are computed for all chunks at once
+(one batched triangular solve), and the loop over chunks does only the three products with S_0. Every decay
+weight is exp of a nonpositive number (the masked upper part of Γ is clamped so that it cannot overflow, and
+nothing is ever divided by γ), so any decay, however strong, is stable: weights underflow to 0, correctly.
+
+The last chunk is padded with k = v = β = g = 0, which makes the padding a no-op (L's rows there are the
+identity, u = 0, the state is unchanged); a sequence shorter than ``chunk_size`` is one chunk of its length.
+Cost per chunk: O(C^2 (M + D) + C M D) for the precomputation, and O(C M D) in the loop.
+"""
+import math
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .utils import check_inputs, check_state, compute_dtype
+
+
+def chunk_delta_rule(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    beta: Tensor,
+    log_decay: Optional[Tensor] = None,
+    chunk_size: int = 64,
+    initial_state: Optional[Tensor] = None,
+    return_state: bool = False,
+) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """The delta rule over whole sequences, chunk by chunk, with the token-by-token recurrence's result.
+
+    q, k: ``... x T x M`` (keys L2-normalised by the caller), v: ``... x T x D``, beta: ``... x T`` (in (0, 1),
+    or (0, 2)), log_decay: ``... x T`` (<= 0; None: no decay, plain DeltaNet). ``initial_state`` (``... x M x
+    D``) continues from an earlier call; with ``return_state`` the state after the last token is returned too
+    (in the compute dtype: fp32 for half inputs), ready to continue from. The output is in v's dtype.
+    Differentiable in all inputs and the initial state, through the output and the final state.
+    """
+    check_inputs(q, k, v, beta, log_decay)
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    *batch, length, feature_dim = q.shape
+    value_dim = v.size(-1)
+    n = math.prod(batch)
+    dtype = compute_dtype(v)
+    if initial_state is None:
+        state = q.new_zeros(n, feature_dim, value_dim, dtype=dtype)
+    else:
+        check_state(initial_state, q, v, "initial_state")
+        state = initial_state.to(dtype).reshape(n, feature_dim, value_dim)
+    if length == 0:
+        out = v.new_zeros(v.shape)
+    else:
+        out, state = _chunked(q, k, v, beta, log_decay, state, min(chunk_size, length))
+        out = out.reshape(*batch, length, value_dim).to(v.dtype)
+    if not return_state:
+        return out
+    return out, state.reshape(*batch, feature_dim, value_dim)
+
+
+def _chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[Tensor], state: Tensor,
+             chunk: int) -> Tuple[Tensor, Tensor]:
+    """Inputs with any leading dims (N of them in all, ``state``: N x M x D in the compute dtype) -> the
+    output N x T x D and the final state, both in the compute dtype (see the module doc for the math)."""
+    length, n, dtype = q.size(-2), state.size(0), state.dtype
+    chunks = -(-length // chunk)
+    pad = chunks * chunk - length
+
+    def split(x: Tensor) -> Tensor:
+        """... x T x F -> N x chunks x C x F in the compute dtype, zero past the end."""
+        x = x.reshape(n, length, x.size(-1)).to(dtype)
+        return F.pad(x, (0, 0, 0, pad)).view(n, chunks, chunk, x.size(-1))
+
+    q, k, v, beta = split(q), split(k), split(v), split(beta.unsqueeze(-1))  # beta: N x chunks x C x 1
+    keys_weighted = beta * k  # diag(β) K
+    # masks from an index comparison: a batched tril_ runs a parallel loop over the batch even for tiny
+    # matrices, which cost milliseconds per call on busy cores (measured on 2 shared cores)
+    position = torch.arange(chunk, device=q.device)
+    scores = torch.matmul(q, k.transpose(-1, -2)).masked_fill_(position[:, None] < position, 0.0)  # tril(Q K^T)
+    # strictly lower part of L; solve_triangular(unitriangular=True) does not read the diagonal (L's ones)
+    lower = torch.matmul(keys_weighted, k.transpose(-1, -2)).masked_fill_(position[:, None] <= position, 0.0)
+    if log_decay is None:
+        q_carried, k_into_state, state_decay = q, k, None
+    else:
+        b = split(log_decay.unsqueeze(-1)).cumsum(-2)  # N x chunks x C x 1, within each chunk
+        within = torch.exp((b - b.transpose(-1, -2)).clamp(max=0))  # Γ_ij = exp(b_i - b_j) for j <= i
+        gamma = torch.exp(b)
+        scores = scores * within
+        lower = lower * within
+        keys_weighted = keys_weighted * gamma  # diag(β γ) K
+        q_carried = q * gamma  # diag(γ) Q
+        k_into_state = k * torch.exp(b[..., -1:, :] - b)  # K ⊙ exp(b_C - b)
+        state_decay = gamma[..., -1:, :]  # γ_C: N x chunks x 1 x 1
+    # W and U in one solve: L^{-1} [diag(βγ) K, diag(β) V]
+    w, u = torch.linalg.solve_triangular(
+        lower, torch.cat([keys_weighted, beta * v], -1), upper=False, unitriangular=True
+    ).split([k.size(-1), v.size(-1)], -1)
+    outs = []
+    # unbind, not x[:, c]: autograd's backward of each index would allocate the whole tensor again
+    per_chunk = zip(u.unbind(1), w.unbind(1), q_carried.unbind(1), scores.unbind(1), k_into_state.unbind(1),
+                    [None] * chunks if state_decay is None else state_decay.unbind(1))
+    for u_c, w_c, q_c, scores_c, k_c, decay_c in per_chunk:  # the three products with the state entering chunk c
+        u_c = torch.baddbmm(u_c, w_c, state, alpha=-1)  # Û = U - W S_0
+        outs.append(torch.baddbmm(torch.bmm(q_c, state), scores_c, u_c))
+        carried = state if decay_c is None else state * decay_c
+        state = torch.baddbmm(carried, k_c.transpose(1, 2), u_c)
+    out = torch.stack(outs, 1).view(n, chunks * chunk, -1)[:, :length]
+    return out, state

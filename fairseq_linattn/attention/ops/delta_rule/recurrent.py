@@ -1,0 +1,50 @@
+"""The delta rule as an RNN: advance the state by a few tokens (generation, beam search).
+
+    S_t = exp(g_t) (I - β_t k_t k_t^T) S_{t-1} + β_t k_t v_t^T,    o_t = S_t^T q_t
+
+computed as S_t = α S_{t-1} + k_t u_t^T with u_t = β_t (v_t - α S_{t-1}^T k_t) (α = exp(g_t)): one read of
+the state along k_t and one rank-one update, O(M D) per token. Plain reference:
+:func:`.naive.naive_recurrent_delta_rule`; for long prompts use :func:`.chunk.chunk_delta_rule` with
+``initial_state`` / ``return_state``.
+"""
+from typing import Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from .utils import check_inputs, check_state, compute_dtype
+
+
+def recurrent_delta_rule_step(
+    q: Tensor, k: Tensor, v: Tensor, beta: Tensor, state: Tensor, log_decay: Optional[Tensor] = None
+) -> Tuple[Tensor, Tensor]:
+    """Advance ``state`` (``... x M x D``) by the T new tokens (usually 1): returns (out ``... x T x D`` in v's
+    dtype, the new state in the compute dtype). Shapes as :func:`.chunk.chunk_delta_rule`'s (keys
+    L2-normalised by the caller); T > 1 goes token by token, T = 0 returns the state unchanged."""
+    check_inputs(q, k, v, beta, log_decay)
+    check_state(state, q, v)
+    state = state.to(compute_dtype(v))
+    length = q.size(-2)
+    if length == 1:
+        out, state = _step(q, k, v, beta, log_decay, state)
+        return out.to(v.dtype), state
+    outs = []
+    for t in range(length):
+        token = (x[..., t : t + 1, :] for x in (q, k, v))
+        gates = (None if x is None else x[..., t : t + 1] for x in (beta, log_decay))
+        out, state = _step(*token, *gates, state)
+        outs.append(out)
+    out = torch.cat(outs, -2) if outs else v.new_zeros(v.shape)
+    return out.to(v.dtype), state
+
+
+def _step(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[Tensor],
+          state: Tensor) -> Tuple[Tensor, Tensor]:
+    """One token (q, k: ... x 1 x M, v: ... x 1 x D, beta, log_decay: ... x 1) -> (out ... x 1 x D, state),
+    both in the state's dtype."""
+    dtype = state.dtype
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    carried = state if log_decay is None else state * torch.exp(log_decay.to(dtype)).unsqueeze(-1)  # α S
+    u = beta.to(dtype).unsqueeze(-1) * (v - torch.matmul(k, carried))  # β (v - α S^T k), as ... x 1 x D
+    state = torch.addcmul(carried, k.transpose(-1, -2), u)  # α S + k u^T
+    return torch.matmul(q, state), state

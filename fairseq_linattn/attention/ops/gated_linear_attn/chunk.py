@@ -1,0 +1,126 @@
+"""Linear attention with a decaying state, chunked: O(T) time and memory, autograd's backward.
+
+    S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T,    o_t = S_t^T q_t
+
+The sequence is cut into chunks of C tokens; with b the cumulative log decay inside a chunk (b_i <= b_j for
+j <= i) and S_0 the state entering it:
+
+    O   = (Q ⊙ exp(b)) S_0  +  A V,         A_ij = Σ_m q_im k_jm exp(b_im - b_jm)   (j <= i)
+    S_C = exp(b_C) ⊙ S_0    +  (K ⊙ exp(b_C - b))^T V
+
+Every exponent there is <= 0, so nothing overflows whatever the decay (GLA's gates can be far below 1); the
+naive factorisation (Q ⊙ exp(b)) (K ⊙ exp(-b))^T would overflow within a chunk. For one decay per head and
+step (RetNet) A is (Q K^T) ⊙ exp(b_i - b_j). For one per key dimension (GLA) the exponent depends on m, so A is
+built from sub-chunks of ``SUB_CHUNK`` tokens (Yang et al. 2024's secondary chunking): between sub-chunks, the
+queries of sub-chunk I and the earlier keys are measured against b at I's first position (both factors <= 1:
+one product per sub-chunk); inside a sub-chunk the SUB_CHUNK x SUB_CHUNK x M weights are formed explicitly.
+
+Every step that does not depend on S_0 runs for all chunks at once; only the states are a loop over chunks
+(one multiply-add each). Plain reference: :func:`.naive.naive_recurrent_gated_linear_attention`.
+"""
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..linear_attn.utils import compute_dtype
+from .utils import check_gated_inputs, initial
+
+SUB_CHUNK = 16
+FACTOR_LIMIT = 60.0  # exp(60) ~ 1e26: far from fp32's 3e38, and its inverse far from underflow
+
+
+def chunk_gated_linear_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    log_decay: Tensor,
+    chunk_size: int = 64,
+    initial_state: Optional[Tensor] = None,
+    return_state: bool = False,
+) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+    """q, k: ... x T x M, v: ... x T x D, log_decay (<= 0): ... x T x 1 or ... x T x M; ``initial_state``
+    (... x M x D) continues an earlier call, ``return_state`` also returns the state after the last token (in
+    the compute dtype: fp32 for half inputs). Outputs in v's dtype; differentiable in everything."""
+    check_gated_inputs(q, k, v, log_decay, initial_state)
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    dtype, out_dtype = compute_dtype(v), v.dtype
+    *lead, length, m = q.shape
+    d = v.size(-1)
+    state = initial(initial_state, q, v).reshape(-1, m, d)
+    if length == 0:
+        out = v.new_zeros(v.shape)
+        return (out, state.view(*lead, m, d)) if return_state else out
+    per_dim = log_decay.size(-1) > 1
+    chunk = min(chunk_size, length)
+    if per_dim and chunk > SUB_CHUNK:
+        chunk = -(-chunk // SUB_CHUNK) * SUB_CHUNK  # whole sub-chunks
+    chunks = -(-length // chunk)
+    pad = chunks * chunk - length  # zero keys and values, no decay: the padding changes nothing
+
+    def blocks(x: Tensor) -> Tensor:  # ... x T x F -> N x chunks x C x F in the compute dtype
+        x = x.to(dtype).reshape(-1, length, x.size(-1))
+        return F.pad(x, (0, 0, 0, pad)).view(x.size(0), chunks, chunk, x.size(-1))
+
+    q, k, v, g = blocks(q), blocks(k), blocks(v), blocks(log_decay)
+    b = g.cumsum(2)  # N x chunks x C x (1 or M)
+    last = b[:, :, -1:]  # the whole chunk's log decay
+    scores = _intra_chunk_scores(q, k, b) if per_dim else _scalar_decay_scores(q, k, b)
+    increments = torch.matmul((k * torch.exp(last - b)).transpose(-1, -2), v)  # N x chunks x M x D
+    chunk_decay = torch.exp(last).transpose(-1, -2)  # N x chunks x (1 or M) x 1
+    states = []
+    # unbind, not increments[:, c]: autograd's backward of each index would allocate the whole tensor again
+    for increment, decay in zip(increments.unbind(1), chunk_decay.unbind(1)):
+        states.append(state)
+        state = torch.addcmul(increment, state, decay)
+    before = torch.stack(states, 1)  # N x chunks x M x D: the state entering each chunk
+    out = torch.matmul(q * torch.exp(b), before) + torch.matmul(scores, v)
+    out = out.view(-1, chunks * chunk, d)[:, :length].reshape(*lead, length, d).to(out_dtype)
+    return (out, state.view(*lead, m, d)) if return_state else out
+
+
+def _scalar_decay_scores(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
+    """One decay per step: A = tril(Q K^T) ⊙ exp(b_i - b_j) (the clamp keeps the masked future from overflowing)."""
+    return torch.matmul(q, k.transpose(-1, -2)) * _causal_decay(b[..., 0])
+
+
+def _causal_decay(b: Tensor) -> Tensor:
+    """... x C cumulative log decays -> ... x C x C weights exp(b_i - b_j) for j <= i, 0 above the diagonal."""
+    diff = (b.unsqueeze(-1) - b.unsqueeze(-2)).clamp(max=0)
+    return torch.exp(diff).tril()
+
+
+def _intra_chunk_scores(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
+    """One decay per key dimension: A_ij = Σ_m q_im k_jm exp(b_im - b_jm) for j <= i (N x chunks x C x C).
+
+    Row block I (the queries of sub-chunk I) is one product against the keys up to its end, both measured
+    against r = b at I's first position: q_i exp(b_i - r) <= 1 and, for earlier keys, k_j exp(r - b_j) <= 1.
+    The keys of I itself get exp(r - b_j) >= 1, at most exp(the decay inside one sub-chunk): below
+    ``FACTOR_LIMIT`` that is exact in floating point; a sub-chunk that decays more than that (gates of about
+    exp(-4) on every one of its steps) gets its weights formed explicitly instead."""
+    n, chunks, c, m = q.shape
+    s = min(SUB_CHUNK, c)
+    subs = c // s
+    qs, ks, bs = (x.view(n, chunks, subs, s, m) for x in (q, k, b))
+    firsts = bs[:, :, :, :1]  # N x chunks x subs x 1 x M
+    q_scaled = qs * torch.exp(bs - firsts)
+    explicit = bool((firsts - bs[:, :, :, -1:]).max() > FACTOR_LIMIT)
+    mask = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
+    rows = []
+    for i in range(subs):
+        # explicit: I's own keys stay out of the product (their factors may overflow, and a discarded inf
+        # column still turns the backward's 0 * inf into NaN)
+        width = i if explicit else i + 1
+        keys = ks[:, :, :width] * torch.exp(firsts[:, :, i : i + 1] - bs[:, :, :width])
+        row = torch.matmul(q_scaled[:, :, i], keys.reshape(n, chunks, width * s, m).transpose(-1, -2))
+        if explicit:
+            diff = (bs[:, :, i].unsqueeze(-2) - bs[:, :, i].unsqueeze(-3)).clamp(max=0)  # s(i) x s(j) x M
+            inside = torch.einsum("...im,...jm,...ijm->...ij", qs[:, :, i], ks[:, :, i], torch.exp(diff))
+            row = torch.cat([row, inside], -1)
+        row = torch.cat([row[..., : i * s], row[..., i * s :].masked_fill(~mask, 0.0)], -1)
+        if i < subs - 1:
+            row = F.pad(row, (0, (subs - 1 - i) * s))
+        rows.append(row)
+    return torch.cat(rows, -2)

@@ -1,0 +1,347 @@
+"""The gated linear-attention ops (RetNet's decay per head and step, GLA's per key dimension) against their
+token-by-token reference: outputs, final states, gradients, continuation, the recurrent step, half precision,
+the decay's forgetting, shape errors; for GLA both ways of forming the intra-chunk scores (factorised, explicit)."""
+import importlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fairseq_linattn.attention.ops.gated_linear_attn import (
+    chunk_gated_linear_attention,
+    naive_recurrent_gated_linear_attention,
+    recurrent_gated_linear_attention_step,
+)
+from tests.reference import assert_grads_match_reference, assert_matches_reference
+
+gla_chunk = importlib.import_module("fairseq_linattn.attention.ops.gated_linear_attn.chunk")
+
+# log decays g = log of the gate: mild (exp(g) mostly 0.2-0.8: a sub-chunk of 16 decays by far less than
+# FACTOR_LIMIT, so GLA's scores are factorised) and strong (about a third of the gates near 1, the rest far below:
+# single steps of exp(-50) and sub-chunks decaying by hundreds, so GLA's scores are formed explicitly, and the
+# cumulative decay over a chunk underflows even float64: it must reach 0, never overflow)
+DECAYS = {
+    "mild": lambda shape, dtype: F.logsigmoid(torch.randn(shape, dtype=dtype)),
+    "strong": lambda shape, dtype: F.logsigmoid(torch.randn(shape, dtype=dtype) * 32 - 16),
+}
+# (decay shape, how GLA's intra-chunk scores are formed): "auto" is the op's own choice, "explicit" forces the
+# explicit weights for every sub-chunk (FACTOR_LIMIT below any decay)
+KINDS = [("scalar", "auto"), ("per_dim", "auto"), ("per_dim", "explicit")]
+KIND_IDS = ["scalar", "per_dim", "per_dim-explicit"]
+NAMES = ("q", "k", "v", "log_decay", "initial_state")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Every tensor here is tiny: a second intra-op thread only adds synchronisation, and on a busy machine its
+    spin-waits slow the many small ops of gradcheck down twentyfold."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def force_path(monkeypatch):
+    """force_path("explicit") makes every sub-chunk take the explicit weights; "auto" leaves the choice alone."""
+    def force(path):
+        if path == "explicit":
+            monkeypatch.setattr(gla_chunk, "FACTOR_LIMIT", -1.0)
+    return force
+
+
+@pytest.fixture
+def einsum_calls(monkeypatch):
+    """The equations torch.einsum is called with (the explicit path is the only user in the chunked op)."""
+    calls = []
+    real = torch.einsum
+
+    def spy(*args, **kwargs):
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "einsum", spy)
+    return calls
+
+
+def make_inputs(batch=2, heads=3, length=65, m=8, d=6, dtype=torch.float64, shape="scalar", decay="mild",
+                requires_grad=False):
+    """q, k, v, log decay (... x T x 1 or ... x T x M) and a random initial state, as leaves."""
+    q = torch.randn(batch, heads, length, m, dtype=dtype)
+    k = torch.randn(batch, heads, length, m, dtype=dtype) / m ** 0.5
+    v = torch.randn(batch, heads, length, d, dtype=dtype)
+    log_decay = DECAYS[decay]((batch, heads, length, 1 if shape == "scalar" else m), dtype)
+    state = torch.randn(batch, heads, m, d, dtype=dtype)
+    return [x.requires_grad_(requires_grad) for x in (q, k, v, log_decay, state)]
+
+
+def joined(out, state):
+    """Output and final state as one tensor (both ... x D), so that one gradient check covers both."""
+    return torch.cat([out, state.to(out.dtype)], -2)
+
+
+@pytest.mark.parametrize("shape,path", KINDS, ids=KIND_IDS)
+@pytest.mark.parametrize("decay", DECAYS)
+@pytest.mark.parametrize("length", [1, 7, 63, 65, 130])
+@pytest.mark.parametrize("chunk_size", [5, 16, 64])
+def test_chunk_matches_naive_float64(length, chunk_size, decay, shape, path, force_path):
+    """Outputs and final state from a random initial state, and the gradients of both with respect to every
+    input: in float64, where the two forms differ only by rounding. (GLA's chunks above 16 are whole sub-chunks:
+    64 stays 64, and T = 7 or 63 pads its last chunk.)"""
+    force_path(path)
+    q, k, v, log_decay, state = inputs = make_inputs(length=length, shape=shape, decay=decay, requires_grad=True)
+    out, final = chunk_gated_linear_attention(q, k, v, log_decay, chunk_size, initial_state=state, return_state=True)
+    ref, ref_final = naive_recurrent_gated_linear_attention(q, k, v, log_decay, initial_state=state)
+    assert out.shape == v.shape and final.shape == state.shape
+    assert out.dtype == final.dtype == torch.float64
+    assert_matches_reference(out, ref, 1e-10, "output")
+    assert_matches_reference(final, ref_final, 1e-10, "final state")
+    assert_grads_match_reference(joined(out, final), joined(ref, ref_final), inputs, 1e-9, NAMES)
+
+
+@pytest.mark.parametrize("shape,path", KINDS, ids=KIND_IDS)
+@pytest.mark.parametrize("decay", DECAYS)
+def test_chunk_float32_matches_float64(decay, shape, path, force_path):
+    """float32 against the float64 reference on the same inputs: outputs, state and gradients within 1e-4, and
+    all finite (with strong decays the factors a sub-chunk would need overflow float32)."""
+    force_path(path)
+    inputs64 = make_inputs(length=130, shape=shape, decay=decay, requires_grad=True)
+    inputs32 = [x.detach().float().requires_grad_() for x in inputs64]
+    q, k, v, log_decay, state = inputs32
+    out, final = chunk_gated_linear_attention(q, k, v, log_decay, 64, initial_state=state, return_state=True)
+    assert out.dtype == final.dtype == torch.float32
+    q, k, v, log_decay, state = inputs64
+    ref, ref_final = naive_recurrent_gated_linear_attention(q, k, v, log_decay, initial_state=state)
+    assert_matches_reference(out, ref, 1e-4, "output")
+    assert_matches_reference(final, ref_final, 1e-4, "final state")
+    ours, _ = assert_grads_match_reference(joined(out, final), joined(ref, ref_final), inputs32, 1e-4, NAMES,
+                                           ref_inputs=inputs64)
+    assert all(torch.isfinite(g).all() for g in ours)
+
+
+def test_automatic_path_choice(force_path, einsum_calls):
+    """GLA's factorised scores for mild decays, the explicit weights for strong ones (a sub-chunk decaying by more
+    than FACTOR_LIMIT) or when forced; RetNet's scalar decay never needs them."""
+    def explicit_used(shape, decay):
+        q, k, v, log_decay, _ = make_inputs(shape=shape, decay=decay)
+        einsum_calls.clear()
+        chunk_gated_linear_attention(q, k, v, log_decay, 64)
+        return bool(einsum_calls)
+
+    assert not explicit_used("per_dim", "mild")
+    assert explicit_used("per_dim", "strong")
+    assert not explicit_used("scalar", "strong")
+    force_path("explicit")
+    assert explicit_used("per_dim", "mild")
+
+
+def test_per_dim_decay_equal_across_dims_is_scalar_decay(force_path):
+    """A per-dimension decay that is the same for every key dimension is the scalar decay: same outputs, state."""
+    q, k, v, log_decay, state = make_inputs(length=70, shape="scalar", decay="mild")
+    scalar = chunk_gated_linear_attention(q, k, v, log_decay, 32, initial_state=state, return_state=True)
+    for path in ("auto", "explicit"):
+        force_path(path)
+        per_dim = chunk_gated_linear_attention(q, k, v, log_decay.expand(-1, -1, -1, 8), 32, initial_state=state,
+                                               return_state=True)
+        for a, b, what in zip(per_dim, scalar, ("output", "final state")):
+            assert_matches_reference(a, b, 1e-12, f"{path} {what}")
+
+
+@pytest.mark.parametrize("shape,path,length,chunk_size", [
+    ("scalar", "auto", 7, 3),
+    ("per_dim", "auto", 7, 3),
+    ("per_dim", "explicit", 7, 3),
+    ("per_dim", "auto", 18, 17),  # one chunk of 32: two sub-chunks, the second padded
+    ("per_dim", "explicit", 18, 17),
+], ids=["scalar", "per_dim", "per_dim-explicit", "per_dim-subchunks", "per_dim-subchunks-explicit"])
+def test_gradcheck_float64(shape, path, length, chunk_size, force_path):
+    """Finite differences on tiny cases (ragged last chunks), every input, through the output and final state."""
+    force_path(path)
+    inputs = make_inputs(batch=1, heads=2, length=length, m=3, d=2, shape=shape, decay="mild", requires_grad=True)
+
+    def op(q, k, v, log_decay, state):
+        return chunk_gated_linear_attention(q, k, v, log_decay, chunk_size, initial_state=state, return_state=True)
+
+    assert torch.autograd.gradcheck(op, tuple(inputs))
+
+
+@pytest.mark.parametrize("shape", ["scalar", "per_dim"])
+@pytest.mark.parametrize("decay", DECAYS)
+def test_prefix_then_suffix_equals_whole(decay, shape):
+    """chunk(prefix) then chunk(suffix, from the prefix's state) == chunk(whole), cut inside a chunk (and inside
+    a sub-chunk); all from a random initial state."""
+    q, k, v, log_decay, state = make_inputs(length=100, shape=shape, decay=decay)
+    out, final = chunk_gated_linear_attention(q, k, v, log_decay, 32, initial_state=state, return_state=True)
+    cut = 41
+    head = [x[:, :, :cut] for x in (q, k, v, log_decay)]
+    tail = [x[:, :, cut:] for x in (q, k, v, log_decay)]
+    out_head, middle = chunk_gated_linear_attention(*head, 32, initial_state=state, return_state=True)
+    out_tail, final_tail = chunk_gated_linear_attention(*tail, 32, initial_state=middle, return_state=True)
+    assert_matches_reference(torch.cat([out_head, out_tail], 2), out, 1e-12, "output")
+    assert_matches_reference(final_tail, final, 1e-12, "final state")
+
+
+@pytest.mark.parametrize("shape", ["scalar", "per_dim"])
+@pytest.mark.parametrize("decay", DECAYS)
+@pytest.mark.parametrize("tokens_per_step", [1, 4])
+def test_recurrent_steps_equal_chunk(decay, shape, tokens_per_step):
+    """Token by token (the fused one-token update), or 4 tokens a step (the last step shorter), from an initial
+    state, in float32: the chunked op's outputs and final state."""
+    q, k, v, log_decay, state = make_inputs(length=30, dtype=torch.float32, shape=shape, decay=decay)
+    out, final = chunk_gated_linear_attention(q, k, v, log_decay, 16, initial_state=state, return_state=True)
+    outs = []
+    for t in range(0, 30, tokens_per_step):
+        sl = slice(t, t + tokens_per_step)
+        step_out, state = recurrent_gated_linear_attention_step(q[:, :, sl], k[:, :, sl], v[:, :, sl],
+                                                                log_decay[:, :, sl], state)
+        assert state.dtype == torch.float32
+        outs.append(step_out)
+    assert_matches_reference(torch.cat(outs, 2), out, 1e-5, "output")
+    assert_matches_reference(state, final, 1e-5, "final state")
+
+
+@pytest.mark.parametrize("shape", ["scalar", "per_dim"])
+def test_recurrent_step_gradients_match_naive(shape):
+    """The fused one-token step: outputs, state and every gradient as the reference's."""
+    inputs = make_inputs(length=1, shape=shape, requires_grad=True)
+    out, new_state = recurrent_gated_linear_attention_step(*inputs)
+    ref, ref_state = naive_recurrent_gated_linear_attention(*inputs)
+    assert_matches_reference(out, ref, 1e-12, "output")
+    assert_matches_reference(new_state, ref_state, 1e-12, "state")
+    assert_grads_match_reference(joined(out, new_state), joined(ref, ref_state), inputs, 1e-10, NAMES)
+
+
+@pytest.mark.parametrize("shape", ["scalar", "per_dim"])
+@pytest.mark.parametrize("lead", [(), (4,), (2, 3, 2)])
+def test_any_leading_dims_and_strides(lead, shape):
+    """No leading dims, one, three; inputs (and the initial state) as non-contiguous views, time-major like
+    fairseq's T x B x H x F heads."""
+    length, m, d = 20, 8, 6
+    q, k, v = (torch.randn(length, *lead, f, dtype=torch.float64).movedim(0, -2) for f in (m, m, d))
+    log_decay = F.logsigmoid(torch.randn(length, *lead, 1 if shape == "scalar" else m, dtype=torch.float64))
+    log_decay = log_decay.movedim(0, -2)
+    state = torch.randn(*lead, d, m, dtype=torch.float64).transpose(-1, -2)
+    out, final = chunk_gated_linear_attention(q, k, v, log_decay, 8, initial_state=state, return_state=True)
+    ref, ref_final = naive_recurrent_gated_linear_attention(q, k, v, log_decay, state)
+    assert out.shape == (*lead, length, d) and final.shape == (*lead, m, d)
+    assert_matches_reference(out, ref, 1e-12, "output")
+    assert_matches_reference(final, ref_final, 1e-12, "final state")
+    step_out, step_state = recurrent_gated_linear_attention_step(q[..., :1, :], k[..., :1, :], v[..., :1, :],
+                                                                 log_decay[..., :1, :], state)
+    assert_matches_reference(step_out, ref[..., :1, :], 1e-12, "step output")
+    naive_state = naive_recurrent_gated_linear_attention(q[..., :1, :], k[..., :1, :], v[..., :1, :],
+                                                         log_decay[..., :1, :], state)[1]
+    assert_matches_reference(step_state, naive_state, 1e-12, "step state")
+
+
+# Half precision: the ops compute in fp32 and round only their result (autograd: the gradients) to the input
+# dtype, so against an fp32 run on the same rounded inputs the error is about one rounding. The bounds are
+# flash-linear-attention's, 1e-3 for fp16 and 5e-3 for bf16.
+@pytest.mark.parametrize("shape", ["scalar", "per_dim"])
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float16, 1e-3), (torch.bfloat16, 5e-3)])
+def test_half_precision_inputs(dtype, tolerance, shape):
+    """Half inputs: output (and gradients) in the input dtype, states in fp32, close to the fp32 run on the same
+    rounded inputs; for the chunked op, the recurrent step and the naive reference."""
+    q, k, v, log_decay, state = make_inputs(length=65, dtype=torch.float32, shape=shape)
+    half = [x.to(dtype).requires_grad_() for x in (q, k, v, log_decay)]
+    q, k, v, log_decay = half
+    out, final = chunk_gated_linear_attention(q, k, v, log_decay, 16, initial_state=state, return_state=True)
+    step_out, step_state = recurrent_gated_linear_attention_step(q[:, :, :1], k[:, :, :1], v[:, :, :1],
+                                                                 log_decay[:, :, :1], state)
+    steps_out, steps_state = recurrent_gated_linear_attention_step(q[:, :, 1:4], k[:, :, 1:4], v[:, :, 1:4],
+                                                                   log_decay[:, :, 1:4], step_state)
+    naive_out, naive_final = naive_recurrent_gated_linear_attention(q, k, v, log_decay, initial_state=state)
+    assert out.dtype == step_out.dtype == steps_out.dtype == naive_out.dtype == dtype
+    assert final.dtype == step_state.dtype == steps_state.dtype == naive_final.dtype == torch.float32
+    full = [x.detach().float().requires_grad_() for x in half]
+    ref, ref_final = naive_recurrent_gated_linear_attention(*full, initial_state=state)
+    assert_matches_reference(out, ref, tolerance, "output")
+    assert_matches_reference(final, ref_final, 1e-5, "final state")
+    assert_matches_reference(naive_out, ref, tolerance, "naive output")
+    assert_matches_reference(step_out, ref[:, :, :1], tolerance, "step output")
+    assert_matches_reference(steps_out, ref[:, :, 1:4], tolerance, "multi-token step output")
+    ours, _ = assert_grads_match_reference(out, ref, half, tolerance, NAMES[:4], ref_inputs=full)
+    assert all(g.dtype == dtype for g in ours)
+    _, zero_start = chunk_gated_linear_attention(q, k, v, log_decay, 16, return_state=True)
+    assert zero_start.dtype == torch.float32
+
+
+@pytest.mark.parametrize("shape", ["scalar", "per_dim"])
+def test_decay_forgets(shape, force_path):
+    """A gate of exp(-50) at step t0 wipes the state (the key dimensions it applies to): afterwards the state is
+    that of a run that starts at t0 from nothing, whatever came before (a random initial state too), and with a
+    scalar decay so are the outputs. Per dimension, only the gated rows of the state forget: the others are those
+    of the run without that gate. Plain additive linear attention (g = 0) keeps everything."""
+    length, t0 = 50, 23
+    q, k, v, log_decay, state = make_inputs(length=length, shape=shape)
+    log_decay = -0.05 * torch.rand_like(log_decay)  # slow decays: without the gate, the past would still show
+    # the rows of the state (key dimensions) that the gate wipes: all for a scalar decay, else every other one
+    forgetting = torch.arange(8) % 2 == 0 if shape == "per_dim" else torch.ones(8, dtype=torch.bool)
+    ungated = log_decay.clone()
+    log_decay[:, :, t0, forgetting if shape == "per_dim" else 0] = -50.0
+    tail = [x[:, :, t0:] for x in (q, k, v, log_decay)]
+    for path in ("auto", "explicit"):
+        force_path(path)
+        out, final = chunk_gated_linear_attention(q, k, v, log_decay, 16, initial_state=state, return_state=True)
+        ref, ref_final = naive_recurrent_gated_linear_attention(q, k, v, log_decay, initial_state=state)
+        assert_matches_reference(out, ref, 1e-12, f"{path} output")
+        assert_matches_reference(final, ref_final, 1e-12, f"{path} final state")
+        fresh_out, fresh = chunk_gated_linear_attention(*tail, 16, return_state=True)  # starts at t0, from zero
+        torch.testing.assert_close(final[..., forgetting, :], fresh[..., forgetting, :], rtol=0, atol=1e-12)
+        if shape == "scalar":
+            torch.testing.assert_close(out[:, :, t0:], fresh_out, rtol=0, atol=1e-12)
+            remembering = chunk_gated_linear_attention(q, k, v, ungated, 16, initial_state=state)
+            assert not torch.allclose(remembering[:, :, t0:], fresh_out, atol=1e-3)  # without the gate: the past
+        else:
+            _, kept = chunk_gated_linear_attention(q, k, v, ungated, 16, initial_state=state, return_state=True)
+            torch.testing.assert_close(final[..., ~forgetting, :], kept[..., ~forgetting, :], rtol=1e-12, atol=1e-12)
+            assert not torch.allclose(final[..., forgetting, :], kept[..., forgetting, :], atol=1e-3)
+    additive = torch.einsum("bhtm,bhtd->bhmd", k, v) + state  # what g = 0 holds
+    _, plain = chunk_gated_linear_attention(q, k, v, torch.zeros_like(log_decay), 16, initial_state=state,
+                                            return_state=True)
+    torch.testing.assert_close(plain, additive, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(plain[..., forgetting, :], fresh[..., forgetting, :], atol=1e-3)
+
+
+@pytest.mark.parametrize("shape", ["scalar", "per_dim"])
+def test_empty_sequence(shape):
+    q, k, v, log_decay, state = make_inputs(length=0, shape=shape)
+    out, final = chunk_gated_linear_attention(q, k, v, log_decay, initial_state=state, return_state=True)
+    assert out.shape == v.shape == (2, 3, 0, 6)
+    assert torch.equal(final, state)
+    out, zeros = chunk_gated_linear_attention(q, k, v, log_decay, return_state=True)
+    assert out.shape == v.shape and torch.equal(zeros, torch.zeros_like(state))
+    for out, new_state in (naive_recurrent_gated_linear_attention(q, k, v, log_decay, state),
+                           recurrent_gated_linear_attention_step(q, k, v, log_decay, state)):
+        assert out.shape == v.shape
+        assert torch.equal(new_state, state)
+
+
+def test_shape_errors():
+    q, k, v, log_decay, state = make_inputs(length=10, shape="per_dim")
+    ops = {
+        "chunk": lambda q, k, v, log_decay, state=None: chunk_gated_linear_attention(
+            q, k, v, log_decay, initial_state=state),
+        "naive": lambda q, k, v, log_decay, state=None: naive_recurrent_gated_linear_attention(
+            q, k, v, log_decay, state),
+        "step": lambda q, k, v, log_decay, state=state: recurrent_gated_linear_attention_step(
+            q, k, v, log_decay, state),
+    }
+    for op in ops.values():
+        for q_, k_, v_ in ((q, k[:, :, :9], v), (q, k, v[:, :, :9]), (q[..., :7], k, v)):
+            with pytest.raises(ValueError, match="same leading dims"):
+                op(q_, k_, v_, log_decay)
+        with pytest.raises(ValueError, match=r"log_decay must have shape \(\.\.\., T, 1\).*\(\.\.\., T, M\) = "
+                                             r"\(2, 3, 10, 8\).*got \(2, 3, 10, 3\)"):
+            op(q, k, v, log_decay[..., :3])
+        with pytest.raises(ValueError, match=r"log_decay must have shape .*got \(2, 3, 9, 8\)"):
+            op(q, k, v, log_decay[:, :, :9])
+        with pytest.raises(ValueError, match=r"log_decay must have shape .*got \(2, 3, 10\)"):
+            op(q, k, v, log_decay[..., 0])
+        with pytest.raises(ValueError, match=r"state must have shape \(\.\.\., M, D\) = \(2, 3, 8, 6\), got "
+                                             r"\(2, 3, 8, 7\)"):
+            op(q, k, v, log_decay, torch.zeros(2, 3, 8, 7, dtype=torch.float64))
+        with pytest.raises(ValueError, match=r"state must have shape .*got \(3, 8, 6\)"):
+            op(q, k, v, log_decay, torch.zeros(3, 8, 6, dtype=torch.float64))
+    with pytest.raises(ValueError, match="chunk_size must be positive, got 0"):
+        chunk_gated_linear_attention(q, k, v, log_decay, chunk_size=0)
