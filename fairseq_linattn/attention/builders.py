@@ -15,8 +15,9 @@ from .cross import KernelCrossAttention
 from .full import SoftmaxAttention
 from .kernel import KernelAttention
 from .linformer import LinformerAttention
-from .options import KernelOptions, LinformerOptions, SoftmaxOptions
+from .options import KERNEL_ATTENTION, KernelOptions, LinformerOptions, SoftmaxOptions
 from .projections import build_projection
+from .recurrent_state import LINEAR_ATTENTIONS
 
 
 @dataclass
@@ -74,7 +75,9 @@ def build_attention(options, layer_index: int, shape: LayerShape,
 
 
 @register_builder(KernelOptions)
-def build_kernel_attention(options: KernelOptions, layer_index: int, shape: LayerShape, shared) -> KernelAttention:
+def build_kernel_attention(options: KernelOptions, layer_index: int, shape: LayerShape, shared) -> SelfAttention:
+    if options.linear_attention != KERNEL_ATTENTION:
+        return build_recurrent_state_attention(options, shape)
     seed_index = layer_index + (CROSS_LAYERS if shape.source_dim is not None else 0)  # own FAVOR+ draws
     feature_map = dict(feature_map=options.feature_map,
                        **options.feature_map_options(shape.embed_dim // shape.num_heads, seed_index))
@@ -83,6 +86,18 @@ def build_kernel_attention(options: KernelOptions, layer_index: int, shape: Laye
                                     **shape.common())
     return KernelAttention(shape.embed_dim, shape.num_heads, causal=shape.causal, chunk_size=int(options.chunk_size),
                            **feature_map, **shape.common())
+
+
+def build_recurrent_state_attention(options: KernelOptions, shape: LayerShape) -> SelfAttention:
+    name = options.linear_attention
+    if not shape.causal or shape.source_dim is not None:
+        where = "encoder-decoder attention" if shape.source_dim is not None else "a bidirectional (encoder) attention"
+        raise ValueError(f"--linear-attention {name} is a causal (decoder) mechanism and cannot be {where}: it is "
+                         f"for linear_transformer_lm; encoders use kernel attention (--linear-attention "
+                         f"{KERNEL_ATTENTION})")
+    return LINEAR_ATTENTIONS[name](shape.embed_dim, shape.num_heads, short_conv=int(options.short_conv),
+                                   output_gate=bool(int(options.output_gate)), chunk_size=int(options.chunk_size),
+                                   **shape.common())
 
 
 CROSS_ATTENTION_BUILDERS = (build_kernel_attention,)

@@ -32,9 +32,9 @@ logger = logging.getLogger(__name__)
 
 
 @functools.lru_cache(maxsize=None)
-def _warn_dropout_ignored():
+def warn_dropout_ignored():
     logger.warning(
-        "kernel (linear) attention has no attention probabilities to drop: attention dropout is ignored "
+        "linear attention (kernel or recurrent-state) has no attention probabilities to drop: attention dropout is ignored "
         "(use --dropout / --activation-dropout for regularisation)"
     )
 
@@ -73,7 +73,7 @@ class KernelAttention(SelfAttention):
         self.chunk_size = chunk_size
         self.eps = eps
         if dropout > 0:
-            _warn_dropout_ignored()
+            warn_dropout_ignored()
 
     def attend(self, query, padding_mask, attn_mask, incremental_state, need_weights):
         self.check_attn_mask(attn_mask, query.size(0), incremental_state is not None)

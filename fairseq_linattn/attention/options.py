@@ -13,9 +13,11 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Union
 
 from fairseq.utils import safe_getattr
 
+from . import decaying, delta  # noqa: F401  (they register their mechanisms)
 from .feature_maps import FEATURE_MAPS, FavorFeatureMap
 from .kernel import KernelAttention
 from .projections import PROJECTIONS
+from .recurrent_state import LINEAR_ATTENTIONS, RecurrentStateAttention
 
 
 def option(args: Any, name: str, default=None):
@@ -106,7 +108,18 @@ class MechanismOptions:
         return {}
 
 
+KERNEL_ATTENTION = "elu"  # --linear-attention's name for the kernel attention of .kernel (φ from --feature-map)
+LINEAR_ATTENTION_CHOICES = [KERNEL_ATTENTION, *sorted(LINEAR_ATTENTIONS)]
+
 KERNEL_FLAGS = {
+    "linear_attention": Flag(KERNEL_ATTENTION, str,
+                             "the causal mechanism: elu (kernel attention, φ from --feature-map), retention (RetNet's "
+                             "fixed decay per head), gla (data-dependent gated decay), delta (DeltaNet's delta rule), "
+                             "gated-delta (Gated DeltaNet)", choices=LINEAR_ATTENTION_CHOICES),
+    "short_conv": Flag(RecurrentStateAttention.DEFAULT_SHORT_CONV, int,
+                       "retention/gla/delta/gated-delta: width of the short causal convolution on q, k, v (0: none)"),
+    "output_gate": Flag(1, int, "retention/gla/delta/gated-delta: 1: out = RMSNorm(o) * SiLU(W_g x); 0: RMSNorm(o)",
+                        choices=[0, 1]),
     "feature_map": Flag(KernelAttention.DEFAULT_FEATURE_MAP, str,
                         "the kernel feature map φ (elu: elu+1, relu, favor: Performer's FAVOR+)",
                         choices=sorted(FEATURE_MAPS)),
@@ -123,6 +136,9 @@ KERNEL_FLAGS = {
 class KernelOptions(MechanismOptions):
     """Kernel (linear) attention: ``linear_transformer_lm`` and ``linear_roberta``."""
 
+    linear_attention: str = KERNEL_FLAGS["linear_attention"].default
+    short_conv: int = KERNEL_FLAGS["short_conv"].default
+    output_gate: int = KERNEL_FLAGS["output_gate"].default
     feature_map: str = KERNEL_FLAGS["feature_map"].default
     chunk_size: int = KERNEL_FLAGS["chunk_size"].default
     favor_features: int = KERNEL_FLAGS["favor_features"].default
@@ -131,14 +147,24 @@ class KernelOptions(MechanismOptions):
 
     GROUP = "kernel attention"
     FLAGS = KERNEL_FLAGS
-    CAUSAL_ONLY = ("chunk_size",)
-    IDENTITY_FLAGS = ("feature_map",)
+    CAUSAL_ONLY = ("chunk_size", "linear_attention", "short_conv", "output_gate")
+    IDENTITY_FLAGS = ("feature_map", "linear_attention")
 
     @classmethod
     def from_args(cls, args: Any) -> "KernelOptions":
         return cls(**cls.flag_values(args)).checked()
 
     def checked(self) -> "KernelOptions":
+        if self.linear_attention not in LINEAR_ATTENTION_CHOICES:
+            raise ValueError(f"--linear-attention {self.linear_attention!r} is unknown: choose one of "
+                             f"{LINEAR_ATTENTION_CHOICES}")
+        if self.linear_attention != KERNEL_ATTENTION and self.feature_map != KernelAttention.DEFAULT_FEATURE_MAP:
+            raise ValueError(f"--feature-map {self.feature_map} only applies to --linear-attention "
+                             f"{KERNEL_ATTENTION} (kernel attention); {self.linear_attention} has no feature map: "
+                             "drop one of the two options")
+        if int(self.short_conv) < 0 or int(self.short_conv) == 1:
+            raise ValueError(f"--short-conv is the convolution's width: 0 (none) or >= 2 (4 is the papers'), "
+                             f"got {self.short_conv}")
         if self.feature_map not in FEATURE_MAPS:
             raise ValueError(f"--feature-map {self.feature_map!r} is not a feature map: choose one of {sorted(FEATURE_MAPS)}")
         if int(self.chunk_size) < 1:
@@ -149,8 +175,8 @@ class KernelOptions(MechanismOptions):
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0 ({meaning}), got {getattr(self, name)}")
         return self
 
-    def identity(self) -> dict:
-        return {"--feature-map": self.feature_map}  # elu and relu have no weights to tell them apart
+    def identity(self) -> dict:  # elu and relu have no weights to tell them apart
+        return {"--feature-map": self.feature_map, "--linear-attention": self.linear_attention}
 
     def feature_map_options(self, head_dim: int, layer_index: int) -> dict:
         if self.feature_map != "favor":

@@ -4,11 +4,17 @@
 Training runs the chunked causal op (linear time and memory in the length); generation runs each layer as
 an RNN with a constant-size state (S, z) kept in fairseq's ``incremental_state``, so fairseq-generate,
 beam search (``reorder_incremental_state``), fairseq-interactive and the hub's ``sample()`` work unchanged.
+
+``--linear-attention retention|gla|delta|gated-delta`` swaps the kernel attention for a state that decays, is
+gated or is overwritten (:mod:`..attention.recurrent_state`); ``linear_transformer_lm_<mechanism>`` (``-`` as
+``_``) are transformer_lm's base sizes with that mechanism.
 """
-from fairseq.models import register_model
-from fairseq.models.transformer_lm import TransformerLanguageModelConfig
+from fairseq.models import register_model, register_model_architecture
+from fairseq.models.transformer_lm import TransformerLanguageModelConfig, base_lm_architecture
+from fairseq.utils import safe_getattr
 
 from ..attention import KernelOptions
+from ..attention.recurrent_state import LINEAR_ATTENTIONS
 from .layers import SwappedAttentionDecoder
 from .transformer_lm import SwappedAttentionLanguageModel, register_lm_archs
 
@@ -30,3 +36,14 @@ class LinearTransformerLanguageModel(SwappedAttentionLanguageModel):
 
 
 register_lm_archs("linear_transformer_lm")  # linear_transformer_lm_big, _gpt, _gpt2_tiny, _gpt2_small, _gpt2_medium
+
+
+def _register_mechanism_arch(mechanism: str):
+    @register_model_architecture("linear_transformer_lm", f"linear_transformer_lm_{mechanism.replace('-', '_')}")
+    def arch(args):
+        args.linear_attention = safe_getattr(args, "linear_attention", mechanism)
+        base_lm_architecture(args)
+
+
+for _mechanism in LINEAR_ATTENTIONS:  # linear_transformer_lm_retention, _gla, _delta, _gated_delta
+    _register_mechanism_arch(_mechanism)

@@ -171,7 +171,7 @@ def test_weights_are_the_ones_the_output_uses(causal):
 
 
 def test_dropout_is_ignored_with_one_warning(caplog):
-    kernel._warn_dropout_ignored.cache_clear()
+    kernel.warn_dropout_ignored.cache_clear()
     with caplog.at_level(logging.WARNING, logger=kernel.__name__):
         attn = make_attention(causal=True, dropout=0.3)
         make_attention(causal=True, dropout=0.3)

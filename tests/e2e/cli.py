@@ -87,9 +87,9 @@ def pretrain(data, save_dir, *extra, updates=6, user_dir=USER_DIR, arch="linform
                "--save-dir", save_dir, "--no-epoch-checkpoints", *COMMON, *extra)
 
 
-def train_lm(data, save_dir, *extra, arch="linear_transformer_lm", updates=6):
-    """Language-model training of a tiny decoder."""
+def train_lm(data, save_dir, *extra, arch="linear_transformer_lm", updates=6, **run_options):
+    """Language-model training of a tiny decoder (``run_options``: :func:`run`'s, e.g. ``check=False``)."""
     return run("fairseq-train", data, "--user-dir", USER_DIR, "--task", "language_modeling", "--arch", arch,
                *DECODER, "--tokens-per-sample", "64", "--sample-break-mode", "none", "--batch-size", "8",
                "--optimizer", "adam", "--lr", "1e-3", "--max-update", str(updates), "--save-dir", save_dir,
-               "--no-epoch-checkpoints", *COMMON, *extra)
+               "--no-epoch-checkpoints", *COMMON, *extra, **run_options)

@@ -1,0 +1,38 @@
+"""A short causal depthwise convolution over time (the "short convolution" of Mamba, GLA and DeltaNet).
+
+Each channel mixes the last ``kernel_size`` positions of itself: cheap local context for the queries, keys
+and values of the linear attentions with a decaying state, which otherwise see the past only through a
+state that forgets. Causal by zero left-padding; while decoding, the last ``kernel_size - 1`` inputs are the
+cache (batch first, so that beam search reorders it like any other buffer), and a step over the cache plus
+the new inputs gives exactly what the whole sequence gives at those positions.
+"""
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+class ShortConvolution(nn.Module):
+    def __init__(self, channels: int, kernel_size: int):
+        super().__init__()
+        if kernel_size < 2:
+            raise ValueError(f"a short convolution needs kernel_size >= 2 (1 would be a per-channel scale), got "
+                             f"{kernel_size}; use --short-conv 0 to turn it off")
+        self.kernel_size = kernel_size
+        self.weight = nn.Parameter(torch.empty(channels, 1, kernel_size))
+        self.bias = nn.Parameter(torch.zeros(channels))
+        nn.init.kaiming_uniform_(self.weight, a=5**0.5)  # nn.Conv1d's initialisation
+
+    def forward(self, x: Tensor, cache: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+        """x: B x T x C; ``cache``: B x (kernel_size - 1) x C, the inputs before x (None: zeros, the start).
+        Returns (SiLU(conv(x)), the new cache)."""
+        b, _, c = x.shape
+        if cache is None:
+            cache = x.new_zeros(b, self.kernel_size - 1, c)
+        full = torch.cat([cache.to(x.dtype), x], 1)  # B x (K-1+T) x C
+        out = F.conv1d(full.transpose(1, 2), self.weight.to(x.dtype), self.bias.to(x.dtype), groups=c)
+        return F.silu(out.transpose(1, 2)), full[:, full.size(1) - (self.kernel_size - 1):]
+
+    def extra_repr(self):
+        return f"channels={self.weight.size(0)}, kernel_size={self.kernel_size}"

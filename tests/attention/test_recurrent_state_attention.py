@@ -1,0 +1,135 @@
+"""retention, gla, delta, gated-delta at the module level: the parallel (chunked) forward against token-by-token
+decoding, exact padding, beam reorder, half precision, the factory and its option checks."""
+import pytest
+import torch
+
+from fairseq_linattn.attention import KernelOptions, LayerShape, build_attention
+from fairseq_linattn.attention.recurrent_state import LINEAR_ATTENTIONS, RecurrentStateAttention
+from fairseq_linattn.attention.short_conv import ShortConvolution
+
+C, H = 32, 4
+NAMES = sorted(LINEAR_ATTENTIONS)
+
+
+def make(name, short_conv=4, output_gate=True, dtype=torch.float64):
+    torch.manual_seed(0)
+    return LINEAR_ATTENTIONS[name](C, H, short_conv=short_conv, output_gate=output_gate, chunk_size=8).to(dtype).eval()
+
+
+def decode(attn, x, state, prompt):
+    """x (T x B x C) through incremental decoding: ``prompt`` tokens at once (the chunked op continued from the
+    state), then one at a time (the recurrent step)."""
+    outs = [attn(x[:prompt], incremental_state=state)[0]]
+    outs += [attn(x[t : t + 1], incremental_state=state)[0] for t in range(prompt, x.size(0))]
+    return torch.cat(outs)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("short_conv,output_gate", [(0, False), (4, True)], ids=["bare", "conv+gate"])
+@pytest.mark.parametrize("prompt", [1, 5])
+def test_decoding_equals_the_parallel_forward(name, short_conv, output_gate, prompt):
+    """float64: the chunked forward over 21 tokens (3 chunks, the last one short) and decoding them one by one
+    after a prompt agree to rounding; the state keeps one size (B x H x D x D, fp32 for fp32 inputs)."""
+    attn = make(name, short_conv, output_gate)
+    x = torch.randn(21, 3, C, dtype=torch.float64)
+    state = {}
+    decoded = decode(attn, x, state, prompt)
+    torch.testing.assert_close(decoded, attn(x)[0], rtol=1e-10, atol=1e-10)
+    buffer = attn._get_input_buffer(state)
+    assert buffer[RecurrentStateAttention.STATE_KEY].shape == (3, H, C // H, C // H)
+    assert (RecurrentStateAttention.CONV_KEY in buffer) == bool(short_conv)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_padding_is_exact(name, side):
+    """Each real token's output equals its sequence's alone however the batch is padded; the pads hold NaN, so
+    anything of them reaching a real token (state, convolution, gate) would show."""
+    attn = make(name)
+    lengths = (11, 7, 3)
+    sequences = [torch.randn(n, 1, C, dtype=torch.float64) for n in lengths]
+    longest = max(lengths)
+    batch = torch.full((longest, len(lengths), C), float("nan"), dtype=torch.float64)
+    mask = torch.ones(len(lengths), longest, dtype=torch.bool)
+    for i, seq in enumerate(sequences):
+        where = slice(0, seq.size(0)) if side == "right" else slice(longest - seq.size(0), longest)
+        batch[where, i], mask[i, where] = seq[:, 0], False
+    out = attn(batch, key_padding_mask=mask)[0]
+    for i, seq in enumerate(sequences):
+        where = slice(0, seq.size(0)) if side == "right" else slice(longest - seq.size(0), longest)
+        torch.testing.assert_close(out[where, i], attn(seq)[0][:, 0], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_beam_reorder_equals_decoding_the_reordered_batch(name):
+    attn = make(name)
+    prefix, continuation = torch.randn(6, 4, C, dtype=torch.float64), torch.randn(4, 4, C, dtype=torch.float64)
+    new_order = torch.tensor([2, 2, 0, 3])  # beam search keeps some hypotheses twice and drops others
+    state = {}
+    decode(attn, prefix, state, prompt=1)
+    attn.reorder_incremental_state(state, new_order)
+    fresh = {}
+    decode(attn, prefix[:, new_order], fresh, prompt=1)
+    torch.testing.assert_close(decode(attn, continuation, state, 1), decode(attn, continuation, fresh, 1))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_match_token_by_token_decoding(name):
+    """The chunked op's autograd against the recurrence's (decoding unrolled with gradients on), for the
+    projections, gates, decays and convolution."""
+    attn = make(name)
+    x = torch.randn(13, 2, C, dtype=torch.float64)
+    grads = [torch.autograd.grad(run(attn, x).pow(2).sum(), list(attn.parameters())) for run in (
+        lambda a, x: a(x)[0], lambda a, x: decode(a, x, {}, prompt=1))]
+    for parallel, recurrent in zip(*grads):
+        torch.testing.assert_close(parallel, recurrent, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision(name, dtype):
+    """fp16/bf16 weights and inputs (fairseq --fp16 / --bf16): the state stays fp32, the output close to fp32's."""
+    x = torch.randn(70, 2, C)
+    full = make(name, dtype=torch.float32)(x)[0]
+    attn = make(name, dtype=dtype)
+    state = {}
+    out = attn(x.to(dtype))[0]
+    assert out.dtype == dtype
+    assert (out.float() - full).norm() / full.norm() < 3e-2
+    decode(attn, x[:5].to(dtype), state, prompt=2)
+    assert attn._get_input_buffer(state)[RecurrentStateAttention.STATE_KEY].dtype == torch.float32
+
+
+def test_call_contract_errors():
+    attn = make("gla")
+    x = torch.randn(5, 2, C, dtype=torch.float64)
+    with pytest.raises(ValueError, match="no attention weights"):
+        attn(x, need_weights=True)
+    with pytest.raises(ValueError, match="future mask"):
+        attn(x, attn_mask=torch.zeros(5, 4))
+    attn(x, attn_mask=torch.zeros(5, 5))  # fairseq's T x T future mask is accepted (causality is built in)
+    with pytest.raises(ValueError, match="--short-conv 0"):
+        ShortConvolution(8, 1)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_factory_builds_each_mechanism_for_a_decoder_only(name):
+    options = KernelOptions(linear_attention=name, short_conv=3, output_gate=0, chunk_size=16).checked()
+    attn = build_attention(options, 0, LayerShape(C, H, causal=True))
+    assert type(attn) is LINEAR_ATTENTIONS[name] and attn.chunk_size == 16
+    assert attn.conv.kernel_size == 3 and attn.gate_proj is None
+    with pytest.raises(ValueError, match="causal .decoder. mechanism.*bidirectional"):
+        build_attention(options, 0, LayerShape(C, H, causal=False))
+    with pytest.raises(ValueError, match="encoder-decoder"):
+        build_attention(options, 0, LayerShape(C, H, source_dim=16))
+
+
+@pytest.mark.parametrize("options,message", [
+    (dict(linear_attention="mamba"), "--linear-attention 'mamba' is unknown"),
+    (dict(linear_attention="gla", feature_map="favor"), "--feature-map favor only applies"),
+    (dict(linear_attention="delta", short_conv=1), "--short-conv"),
+    (dict(linear_attention="delta", short_conv=-2), "--short-conv"),
+])
+def test_bad_options_are_named(options, message):
+    with pytest.raises(ValueError, match=message):
+        KernelOptions(**options).checked()

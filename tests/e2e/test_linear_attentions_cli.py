@@ -1,0 +1,86 @@
+"""--linear-attention retention|gla|delta|gated-delta through the real command lines: fairseq-train,
+fairseq-eval-lm with a context window, fairseq-generate with beam search (the recurrent step and beam
+reorder), the hub's sample(), and a checkpoint refusing another mechanism."""
+import re
+
+import pytest
+
+from .cli import USER_DIR, run, train_lm, valid_loss
+
+MECHANISMS = ["retention", "gla", "delta", "gated-delta"]
+CLASSES = {"retention": "Retention", "gla": "GatedLinearAttention", "delta": "DeltaNetAttention",
+           "gated-delta": "GatedDeltaNetAttention"}
+
+
+@pytest.fixture(scope="module", params=MECHANISMS)
+def trained(request, spm_data, tmp_path_factory):
+    data, _ = spm_data
+    save = tmp_path_factory.mktemp(request.param)
+    log = train_lm(data, save, "--linear-attention", request.param, "--chunk-size", "16", updates=8)
+    return request.param, save, log
+
+
+def test_trains_validates_evaluates_and_generates(spm_data, trained):
+    data, _ = spm_data
+    name, save, log = trained
+    assert f"{CLASSES[name]}(" in log and "ShortConvolution(" in log and "gate_proj" in log
+    assert 0 < valid_loss(log) < 20
+    ppl = {}
+    for window in ("0", "32"):
+        log = run("fairseq-eval-lm", data, "--user-dir", USER_DIR, "--path", save / "checkpoint_last.pt", "--cpu",
+                  "--gen-subset", "test", "--tokens-per-sample", "64", "--context-window", window, "--batch-size", "4")
+        ppl[window] = float(re.findall(r"Perplexity: ([0-9.]+)", log)[-1])
+    assert all(1 < p < 10_000 for p in ppl.values()) and ppl["0"] != ppl["32"]
+    log = run("fairseq-generate", data, "--user-dir", USER_DIR, "--task", "language_modeling", "--path",
+              save / "checkpoint_last.pt", "--cpu", "--beam", "4", "--nbest", "2", "--max-len-b", "12",
+              "--prefix-size", "2", "--gen-subset", "test", "--sample-break-mode", "eos", "--tokens-per-sample", "64",
+              "--skip-invalid-size-inputs-valid-test", "--max-sentences", "4", "--max-tokens", "400")
+    hypotheses = re.findall(r"^H-(\d+)\t(-?[0-9.]+)\t(.*)$", log, flags=re.M)
+    assert len(hypotheses) >= 8, log[-2000:]
+    sources = dict(re.findall(r"^S-(\d+)\t(.*)$", log, flags=re.M))
+    assert all(text.split()[:2] == sources[i].split()[:2] for i, _, text in hypotheses)
+
+
+@pytest.mark.parametrize("trained", ["gated-delta"], indirect=True)  # once: the mechanism with every piece
+def test_hub_sample_and_score(spm_data, trained):
+    import shutil
+
+    import torch
+
+    from fairseq_linattn.models.linear_transformer_lm import LinearTransformerLanguageModel
+
+    data, spm_model = spm_data
+    name, save, _ = trained
+    shutil.copy(spm_model, save / "sentencepiece.bpe.model")
+    lm = LinearTransformerLanguageModel.from_pretrained(str(save), "checkpoint_last.pt", str(data)).eval()
+    torch.manual_seed(0)
+    texts = lm.sample(["return the", "this module"], beam=2, max_len_b=8)
+    assert len(texts) == 2 and all(t.startswith(p) for t, p in zip(texts, ["return the", "this module"]))
+    assert torch.isfinite(lm.score("return the number of items")["positional_scores"]).all()
+
+
+def test_a_checkpoint_refuses_another_mechanism(spm_data, trained, tmp_path):
+    """gla and retention differ by a small gate only; gated-delta and delta by a few vectors: a resumed run under
+    the other name must stop and say so, not load what fits."""
+    data, _ = spm_data
+    name, save, _ = trained
+    other = {"retention": "gla", "gla": "retention", "delta": "gated-delta", "gated-delta": "delta"}[name]
+    log = train_lm(data, tmp_path, "--linear-attention", other, "--chunk-size", "16", "--restore-file",
+                   save / "checkpoint_last.pt", "--reset-optimizer", updates=9, check=False)
+    assert log.returncode != 0 and "--linear-attention" in log, log[-2000:]
+
+
+def test_arch_and_hydra_config_name_the_mechanism(spm_data, tmp_path):
+    """``--arch linear_transformer_lm_gated_delta`` and, under fairseq-linattn-hydra-train, the language-model
+    config with ``model.linear_attention`` overridden."""
+    data, _ = spm_data
+    log = train_lm(data, tmp_path / "arch", arch="linear_transformer_lm_gated_delta", updates=2)
+    assert "GatedDeltaNetAttention(" in log
+    log = run("fairseq-linattn-hydra-train", "--config-name", "language_modeling/linear_transformer_lm",
+              "model=linear_transformer_lm_gpt2_tiny", f"task.data={data}", "task.tokens_per_sample=64",
+              "common.fp16=false", "common.cpu=true", "common.log_format=simple", "optimization.max_update=2",
+              "optimization.update_freq=[1]", "dataset.max_tokens=512", "dataset.num_workers=0",
+              "model.linear_attention=gla", "model.short_conv=0", f"checkpoint.save_dir={tmp_path / 'ckpt'}",
+              cwd=tmp_path)
+    assert "GatedLinearAttention(" in log and "ShortConvolution(" not in log
+    assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
