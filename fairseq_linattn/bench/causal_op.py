@@ -66,9 +66,11 @@ def make_inputs(length, args, seed=0):
     return q, k, v, grad
 
 
-def forward_backward(op, q, k, v, grad):
-    q.grad = k.grad = v.grad = None
-    op(q, k, v).backward(grad)
+def forward_backward(op, q, k, v, grad, *extras):
+    """``op(q, k, v, *extras).backward(grad)``, the inputs' gradients cleared first (extras: log decays...)."""
+    for x in (q, k, v, *extras):
+        x.grad = None
+    op(q, k, v, *extras).backward(grad)
 
 
 def status_kib(field):
@@ -77,22 +79,27 @@ def status_kib(field):
 
 
 def memory_worker(args, point, case):
-    """Runs in a fresh process: peak resident memory added by one forward + backward, in MiB.
+    """Runs in a fresh process: peak resident memory added by one forward + backward, in MiB."""
+    inputs = make_inputs(point["n"], args)
+    return rss_added(lambda: forward_backward(method_op(case), *inputs))
+
+
+def rss_added(call):
+    """Peak resident memory added by ``call()`` (in a fresh process), in MiB.
 
     The process's high-water mark is reset to its current size first (Linux's /proc/self/clear_refs), since
     importing torch and fairseq peaks higher than the inputs of the smaller cases; without the reset
     (other kernels) the lifetime peak ``ru_maxrss`` is used, which can only overstate."""
     import resource
 
-    inputs = make_inputs(point["n"], args)
     before = status_kib("VmRSS")
     try:
         with open("/proc/self/clear_refs", "w") as clear_refs:
             clear_refs.write("5")
-        forward_backward(method_op(case), *inputs)
+        call()
         peak = status_kib("VmHWM")
     except OSError:
-        forward_backward(method_op(case), *inputs)
+        call()
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {"baseline_mb": before / 1024, "peak_mb": peak / 1024, "delta_mb": max(0, peak - before) / 1024}
 

@@ -44,14 +44,15 @@ def lm_args(n, layers, dim, heads, ffn):
                 max_target_positions=n)
 
 
-def build_case(case, n, cfg):
+def build_case(case, n, cfg, **overrides):
+    """The model of ``case`` (``overrides``: more model options, e.g. ``linear_attention="gla"``)."""
     torch.manual_seed(0)
     task = DictionaryTask(cfg["vocab"], n)
     kw = lm_args(n, cfg["layers"], cfg["dim"], cfg["heads"], cfg["ffn"])
     if case == "transformer_lm":
-        model = build_model("transformer_lm", task, **kw)
+        model = build_model("transformer_lm", task, **kw, **overrides)
     else:
-        model = build_model("linear_transformer_lm", task, **kw)
+        model = build_model("linear_transformer_lm", task, **kw, **overrides)
         if case == "none":
             swaps.swap_attention(model, swaps.as_zero_attention)
         elif case == "naive cumsum":

@@ -73,6 +73,11 @@ LM_MODELS = {
     "linear FAVOR+": ("linear_transformer_lm", ["--feature-map", "favor"]),
 }
 SOFTMAX_LM, LINEAR_LM = "transformer_lm", "linear elu+1"
+# --linear-attention's mechanisms with a decaying / gated / overwritten state (Issue: "linear attention that matches
+# softmax"); each has an output gate (W_g: d x d per layer), paid for by an FFN d/2 narrower (equal parameters)
+GATED_MECHANISMS = ("retention", "gla", "delta", "gated-delta")
+LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", name]) for name in GATED_MECHANISMS})
+MECHANISM_MODELS = (SOFTMAX_LM, LINEAR_LM, *GATED_MECHANISMS)
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,8 @@ class Scale:
     extrapolation: int = 4  # evaluate over this many training lengths
     buckets: int = 8  # perplexity by position: this many ranges of positions
     mlm_models: Tuple[str, ...] = tuple(MLM_MODELS)
-    lm_models: Tuple[str, ...] = tuple(LM_MODELS)
+    lm_models: Tuple[str, ...] = (SOFTMAX_LM, LINEAR_LM, "linear relu", "linear FAVOR+")
+    mechanism_models: Tuple[str, ...] = MECHANISM_MODELS
 
     @property
     def ffn(self) -> int:
@@ -109,7 +115,8 @@ class Scale:
 SCALES = {
     "quick": Scale(corpus_chars=200_000, vocab=500, n=64, tokens_per_batch=512, layers=1, dim=32, heads=2,
                    mlm_updates=8, lm_updates=8, finetune_updates=4, validations=2, lengths=(64, 128), fixed_k=16,
-                   mlm_models=("roberta", "linformer k=n/4"), lm_models=(SOFTMAX_LM, LINEAR_LM)),
+                   mlm_models=("roberta", "linformer k=n/4"), lm_models=(SOFTMAX_LM, LINEAR_LM),
+                   mechanism_models=(SOFTMAX_LM, "gated-delta")),
     "default": Scale(corpus_chars=8_000_000, vocab=1000, n=256, tokens_per_batch=4096, layers=2, dim=128, heads=4,
                      mlm_updates=500, lm_updates=400, finetune_updates=250, validations=5, lengths=(256, 512, 1024),
                      fixed_k=64),
@@ -194,9 +201,10 @@ class Quality:
     def language_model(self, name: str) -> Dict:
         arch, extra = LM_MODELS[name]
         s = self.s
+        ffn = s.ffn - s.dim // 2 if name in GATED_MECHANISMS else s.ffn  # the output gate's d x d, see LM_MODELS
         run = self.train(("lm", arch, s.n, *extra), [
             self.data.lm, "--task", "language_modeling", "--arch", arch, "--decoder-layers", s.layers,
-            "--decoder-embed-dim", s.dim, "--decoder-ffn-embed-dim", s.ffn, "--decoder-attention-heads", s.heads,
+            "--decoder-embed-dim", s.dim, "--decoder-ffn-embed-dim", ffn, "--decoder-attention-heads", s.heads,
             # fairseq's transformer_lm keeps 512-wide input/output embeddings unless told (its config's defaults)
             "--decoder-input-dim", s.dim, "--decoder-output-dim", s.dim, "--decoder-normalize-before",
             *extra, "--share-decoder-input-output-embed", "--tokens-per-sample", s.n, "--sample-break-mode", "none",
@@ -276,7 +284,11 @@ class QualityBenchmark(Study):
         return rows
 
     def causal_lm(self, study: Quality) -> Dict:
-        return {name: self._row(study.language_model(name)) for name in study.s.lm_models}
+        return {name: self._row(study.language_model(name)) for name in self.lm_models(study.s)}
+
+    @staticmethod
+    def lm_models(scale: Scale) -> Tuple[str, ...]:
+        return scale.lm_models
 
     def extrapolation(self, study: Quality) -> Dict:
         s = study.s
@@ -303,6 +315,81 @@ class QualityBenchmark(Study):
 
     def plot(self, data):
         return plot(data)
+
+
+class MechanismQualityBenchmark(QualityBenchmark):
+    """``--linear-attention`` retention, gla, delta, gated-delta beside transformer_lm and elu+1: the causal-LM and
+    extrapolation parts of the quality study for them (results/quality_mechanisms.*)."""
+
+    name = "quality_mechanisms"
+    PARTS = "lm,extrapolation"
+
+    def add_args(self, parser):
+        super().add_args(parser)
+        parser.set_defaults(only=self.PARTS, work_dir=str(Path(ROOT) / "runs" / "quality_mechanisms"))
+
+    @staticmethod
+    def lm_models(scale: Scale) -> Tuple[str, ...]:
+        return scale.mechanism_models
+
+    def extrapolation(self, study: Quality) -> Dict:
+        """Softmax with a sliding window and past its positions, and every linear mechanism with its state carried
+        through ``extrapolation * n`` tokens (what generation does)."""
+        s = study.s
+        long = s.n * s.extrapolation
+        softmax = study.language_model(SOFTMAX_LM)
+        cases = {f"softmax, sliding window ({s.n} tokens, {s.n // 2} of context)": (softmax, s.n, s.n // 2),
+                 f"softmax over {long} tokens (positions past {s.n})": (softmax, long, 0)}
+        for name in self.lm_models(s):
+            if name != SOFTMAX_LM:
+                cases[f"{name}, state carried over {long} tokens"] = (study.language_model(name), long, 0)
+        rows = {}
+        for label, (run, tokens, context) in cases.items():
+            ppl, by_position = study.eval_lm(run, tokens, context, by_position=True)
+            rows[label] = {"ppl": ppl, "by_position": by_position}
+        return rows
+
+    def render(self, data):
+        markdown, verdicts = render(data)
+        s = data["study"]["scale"]
+        markdown = markdown.replace(
+            "### Quality: the linear attentions side by side with softmax on real text",
+            "### Quality: linear attentions with decay, gates and the delta rule beside softmax", 1).replace(
+            f"FFN {4 * s['dim']};",
+            f"FFN {4 * s['dim']} ({4 * s['dim'] - s['dim'] // 2} for {', '.join(GATED_MECHANISMS)}: their output gate's "
+            "d x d weights are paid for by a narrower FFN, so that every model has about the same parameters);", 1)
+        return markdown, verdicts + self.goal(data["study"])
+
+    @staticmethod
+    def goal(study: Dict) -> List[str]:
+        """The issue's goal: the best mechanism at most 1.00x transformer_lm's perplexity, and flat (<= 1.05x the
+        best inside the training length) past it with its state carried."""
+        if "lm" not in study or "extrapolation" not in study:
+            return []
+        s = study["scale"]
+        base = study["lm"][SOFTMAX_LM]["test_ppl"]
+        width = s["n"] * s["extrapolation"] // s["buckets"]
+        lines = []
+        for name, run in study["lm"].items():
+            carried = next((r for label, r in study["extrapolation"].items() if label.startswith(f"{name}, state")), None)
+            if carried is None:
+                continue
+            inside = [p for b, p in enumerate(carried["by_position"]) if (b + 1) * width <= s["n"]]
+            beyond = [p for b, p in enumerate(carried["by_position"]) if b * width >= s["n"]]
+            ratio, flat = run["test_ppl"] / base, max(beyond) / min(inside)
+            met = "meets" if ratio <= 1.0 and flat <= 1.05 else "misses"
+            lines.append(f"goal: {name}: {ratio:.3f}x transformer_lm's perplexity (goal <= 1.00x), {flat:.3f}x past the "
+                         f"training length with the state carried (goal <= 1.05x): {met} the goal")
+        return lines
+
+    def plot(self, data):
+        plt = pyplot()
+        study = data["study"]
+        fig, (ax_lm, ax_pos) = plt.subplots(1, 2, figsize=(12, 4.5))
+        curve_axes(ax_lm, study.get("lm", {}), "causal LM: validation loss (base 2)")
+        _positions_axes(ax_pos, study)
+        fig.tight_layout()
+        return titled(fig, "linear attention mechanisms side by side", data)
 
 
 def _fmt(x, digits=2):
@@ -410,24 +497,30 @@ def plot(data):
         ax_len.set_title("Linformer at fixed k as n grows", fontsize=9)
         ax_len.grid(alpha=0.3)
         ax_len.legend(fontsize=7)
-    if "extrapolation" in study:
-        s = study["scale"]
-        long = s["n"] * s["extrapolation"]
-        width = long / s["buckets"]
-        for label, r in study["extrapolation"].items():
-            ax_pos.plot([(b + 0.5) * width for b in range(s["buckets"])], r["by_position"], marker="o", label=label)
-        ax_pos.axvline(s["n"], color="gray", ls=":", lw=1)
-        ax_pos.set_yscale("log")
-        ax_pos.set_xlabel("position")
-        ax_pos.set_ylabel("perplexity")
-        ax_pos.set_title(f"causal LM: perplexity by position ({s['extrapolation']}x the training length)", fontsize=9)
-        ax_pos.grid(alpha=0.3)
-        ax_pos.legend(fontsize=7)
+    _positions_axes(ax_pos, study)
     fig.tight_layout()
     return titled(fig, "quality side by side", data)
 
 
+def _positions_axes(ax, study: Dict):
+    """Perplexity by position over ``extrapolation * n`` tokens, one line per evaluation."""
+    if "extrapolation" not in study:
+        return
+    s = study["scale"]
+    width = s["n"] * s["extrapolation"] / s["buckets"]
+    for label, r in study["extrapolation"].items():
+        ax.plot([(b + 0.5) * width for b in range(s["buckets"])], r["by_position"], marker="o", label=label)
+    ax.axvline(s["n"], color="gray", ls=":", lw=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("position")
+    ax.set_ylabel("perplexity")
+    ax.set_title(f"causal LM: perplexity by position ({s['extrapolation']}x the training length)", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
 main = entry_point(QualityBenchmark)
+main_mechanisms = entry_point(MechanismQualityBenchmark)
 
 if __name__ == "__main__":
     main()

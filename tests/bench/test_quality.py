@@ -68,3 +68,20 @@ def test_quick_run_writes_every_part(tmp_path):
     assert all(0 <= acc <= 100 for acc in study["finetune"].values())
     assert (out / "quality.png").stat().st_size > 10_000
     assert "masked LM: linformer k=n/4" in proc.stdout and "extrapolation:" in proc.stdout  # the verdicts
+
+
+def test_quick_mechanism_study_writes_its_table(tmp_path):
+    """scripts/bench_quality_mechanisms.py --quick: causal LM and extrapolation with the state carried for the
+    --linear-attention mechanisms, through the real command lines, and the goal verdicts."""
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, os.path.join("scripts", "bench_quality_mechanisms.py"), "--quick", "--out",
+                           str(out), "--work-dir", str(tmp_path / "work")], capture_output=True, text=True, timeout=900,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = (out / "quality_mechanisms.md").read_text()
+    assert "| gated-delta |" in table and "gated-delta, state carried over 256 tokens" in table
+    assert (out / "quality_mechanisms.png").stat().st_size > 0
+    study = json.loads((out / "quality_mechanisms.json").read_text())["study"]
+    assert set(study["lm"]) == {"transformer_lm", "gated-delta"}
+    assert all(math.isfinite(p) for r in study["extrapolation"].values() for p in r["by_position"])
+    assert "goal: gated-delta:" in proc.stdout + proc.stderr
