@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .utils import check_inputs, check_state, compute_dtype
+from .utils import check_inputs, matrix_state
 
 
 def chunk_delta_rule(
@@ -61,12 +61,7 @@ def chunk_delta_rule(
     *batch, length, feature_dim = q.shape
     value_dim = v.size(-1)
     n = math.prod(batch)
-    dtype = compute_dtype(v)
-    if initial_state is None:
-        state = q.new_zeros(n, feature_dim, value_dim, dtype=dtype)
-    else:
-        check_state(initial_state, q, v, "initial_state")
-        state = initial_state.to(dtype).reshape(n, feature_dim, value_dim)
+    state = matrix_state(initial_state, q, v, "initial_state").reshape(n, feature_dim, value_dim)
     if length == 0:
         out = v.new_zeros(v.shape)
     else:

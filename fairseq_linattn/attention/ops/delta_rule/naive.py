@@ -14,7 +14,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from .utils import check_inputs, check_state, compute_dtype
+from .utils import check_inputs, compute_dtype, matrix_state
 
 
 def naive_recurrent_delta_rule(
@@ -25,11 +25,7 @@ def naive_recurrent_delta_rule(
     compute dtype). ``initial_state`` (``... x M x D``): the state before the first token (zeros if None)."""
     check_inputs(q, k, v, beta, log_decay)
     dtype, out_dtype = compute_dtype(v), v.dtype
-    if initial_state is None:
-        state = q.new_zeros(*q.shape[:-2], q.size(-1), v.size(-1), dtype=dtype)
-    else:
-        check_state(initial_state, q, v, "initial_state")
-        state = initial_state.to(dtype)
+    state = matrix_state(initial_state, q, v, "initial_state")
     q, k, v, beta = q.to(dtype), k.to(dtype), v.to(dtype), beta.to(dtype)
     outs = []
     for t in range(q.size(-2)):

@@ -12,7 +12,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from .utils import check_inputs, check_state, compute_dtype
+from .naive import naive_recurrent_delta_rule
+from .utils import check_inputs, matrix_state
 
 
 def recurrent_delta_rule_step(
@@ -21,20 +22,10 @@ def recurrent_delta_rule_step(
     """Advance ``state`` (``... x M x D``) by the T new tokens (usually 1): returns (out ``... x T x D`` in v's
     dtype, the new state in the compute dtype). Shapes as :func:`.chunk.chunk_delta_rule`'s (keys
     L2-normalised by the caller); T > 1 goes token by token, T = 0 returns the state unchanged."""
+    if q.size(-2) != 1:  # a few tokens: the recurrence token by token, as the reference runs it
+        return naive_recurrent_delta_rule(q, k, v, beta, log_decay, state)
     check_inputs(q, k, v, beta, log_decay)
-    check_state(state, q, v)
-    state = state.to(compute_dtype(v))
-    length = q.size(-2)
-    if length == 1:
-        out, state = _step(q, k, v, beta, log_decay, state)
-        return out.to(v.dtype), state
-    outs = []
-    for t in range(length):
-        token = (x[..., t : t + 1, :] for x in (q, k, v))
-        gates = (None if x is None else x[..., t : t + 1] for x in (beta, log_decay))
-        out, state = _step(*token, *gates, state)
-        outs.append(out)
-    out = torch.cat(outs, -2) if outs else v.new_zeros(v.shape)
+    out, state = _step(q, k, v, beta, log_decay, matrix_state(state, q, v))
     return out.to(v.dtype), state
 
 

@@ -12,9 +12,9 @@ from typing import Optional
 
 from torch import Tensor
 
-from ..linear_attn.utils import check_shapes, compute_dtype
+from ..linear_attn.utils import check_shapes, compute_dtype, matrix_state
 
-__all__ = ["check_inputs", "check_state", "compute_dtype"]
+__all__ = ["check_inputs", "compute_dtype", "matrix_state"]
 
 
 def check_inputs(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[Tensor]):
@@ -25,9 +25,3 @@ def check_inputs(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optio
         if gate is not None and tuple(gate.shape) != expected:
             raise ValueError(f"{name} must have shape (..., T) = {expected} (q's without its last dim), got "
                              f"{tuple(gate.shape)}")
-
-
-def check_state(state: Tensor, q: Tensor, v: Tensor, name: str = "state"):
-    expected = (*q.shape[:-2], q.size(-1), v.size(-1))
-    if tuple(state.shape) != expected:
-        raise ValueError(f"{name} must have shape (..., M, D) = {expected}, got {tuple(state.shape)}")

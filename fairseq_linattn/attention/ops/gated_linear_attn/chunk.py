@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..linear_attn.utils import compute_dtype
-from .utils import check_gated_inputs, initial
+from ..linear_attn.utils import compute_dtype, matrix_state
+from .utils import check_gated_inputs
 
 SUB_CHUNK = 16
 FACTOR_LIMIT = 60.0  # exp(60) ~ 1e26: far from fp32's 3e38, and its inverse far from underflow
@@ -43,13 +43,13 @@ def chunk_gated_linear_attention(
     """q, k: ... x T x M, v: ... x T x D, log_decay (<= 0): ... x T x 1 or ... x T x M; ``initial_state``
     (... x M x D) continues an earlier call, ``return_state`` also returns the state after the last token (in
     the compute dtype: fp32 for half inputs). Outputs in v's dtype; differentiable in everything."""
-    check_gated_inputs(q, k, v, log_decay, initial_state)
+    check_gated_inputs(q, k, v, log_decay)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     dtype, out_dtype = compute_dtype(v), v.dtype
     *lead, length, m = q.shape
     d = v.size(-1)
-    state = initial(initial_state, q, v).reshape(-1, m, d)
+    state = matrix_state(initial_state, q, v).reshape(-1, m, d)
     if length == 0:
         out = v.new_zeros(v.shape)
         return (out, state.view(*lead, m, d)) if return_state else out

@@ -39,6 +39,17 @@ def check_shapes(q: Tensor, k: Tensor, v: Tensor, same_length: bool = True):
         )
 
 
+def matrix_state(state: Optional[Tensor], q: Tensor, v: Tensor, name: str = "state") -> Tensor:
+    """The M x D state of the unnormalised ops (gated linear attention, the delta rule) to start from, checked
+    (``... x M x D``) and in the compute dtype; zeros for None (nothing seen yet)."""
+    expected = (*q.shape[:-2], q.size(-1), v.size(-1))
+    if state is None:
+        return q.new_zeros(expected, dtype=compute_dtype(v))
+    if tuple(state.shape) != expected:
+        raise ValueError(f"{name} must have shape (..., M, D) = {expected}, got {tuple(state.shape)}")
+    return state.to(compute_dtype(v))
+
+
 def check_state(state: Tensor, q: Tensor, v: Tensor):
     expected = (*q.shape[:-2], q.size(-1), v.size(-1) + 1)
     if tuple(state.shape) != expected:
