@@ -352,14 +352,11 @@ class MechanismQualityBenchmark(QualityBenchmark):
         return rows
 
     def render(self, data):
-        markdown, verdicts = render(data)
-        s = data["study"]["scale"]
-        markdown = markdown.replace(
-            "### Quality: the linear attentions side by side with softmax on real text",
-            "### Quality: linear attentions with decay, gates and the delta rule beside softmax", 1).replace(
-            f"FFN {4 * s['dim']};",
-            f"FFN {4 * s['dim']} ({4 * s['dim'] - s['dim'] // 2} for {', '.join(GATED_MECHANISMS)}: their output gate's "
-            "d x d weights are paid for by a narrower FFN, so that every model has about the same parameters);", 1)
+        dim = data["study"]["scale"]["dim"]
+        markdown, verdicts = render(
+            data, "linear attentions with decay, gates and the delta rule beside softmax",
+            f" ({4 * dim - dim // 2} for {', '.join(GATED_MECHANISMS)}: their output gate's d x d weights are paid for "
+            "by a narrower FFN, so that every model has about the same parameters)")
         rows = self.flatness(data["study"])
         if rows:
             markdown += "\n\n" + "\n".join([
@@ -422,15 +419,16 @@ def _fmt(x, digits=2):
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def render(data) -> Tuple[str, List[str]]:
+def render(data, title: str = "the linear attentions side by side with softmax on real text",
+           ffn_note: str = "") -> Tuple[str, List[str]]:
     study = data["study"]
     s = Scale(**{k: tuple(v) if isinstance(v, list) else v for k, v in study["scale"].items()})
     unigram = study["unigram_test_ppl"]
-    lines = ["### Quality: the linear attentions side by side with softmax on real text", "",
+    lines = [f"### Quality: {title}", "",
              f"{machine_line(data['machine'], data['load_start'], data['load_end'])}.", "",
              f"Budget (every model the same): corpus {s.corpus_chars:,} characters cap (the Python standard library's "
              f"docstrings and comments), sentencepiece vocabulary {s.vocab}; {s.layers} layers, d={s.dim}, {s.heads} "
-             f"heads, FFN {s.ffn}; n={s.n} tokens per sample, {s.tokens_per_batch} tokens per batch; masked LM "
+             f"heads, FFN {s.ffn}{ffn_note}; n={s.n} tokens per sample, {s.tokens_per_batch} tokens per batch; masked LM "
              f"{s.mlm_updates} updates, causal LM {s.lm_updates}, finetuning {s.finetune_updates} (batch 32); "
              f"Adam, lr {s.mlm_lr:g} (masked LM) / {s.lm_lr:g} (causal LM) / {s.finetune_lr:g} (finetuning), "
              f"polynomial decay, 10% warm-up, dropout 0.1, "
