@@ -16,6 +16,7 @@ at the end, and writes summary.md, summary.json and curves.png into --work-dir. 
 """
 import argparse
 import json
+import math
 import shutil
 import sys
 import time
@@ -247,11 +248,16 @@ class MainJob:
 
         plt = pyplot()
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-        for ax, kind in zip(axes, ("masked LM", "causal LM")):
+        # fairseq-train validates with the training task's options: the masked-LM curves are at 30% masking
+        titles = {"masked LM": f"masked LM: validation loss (base 2, {TRAIN_MASK_PROB:.0%} masked)",
+                  "causal LM": "causal LM: validation loss (base 2)"}
+        for ax, (kind, title) in zip(axes, titles.items()):
             for label, curve in self.curves.items():
                 if kind in label and curve:
                     ax.plot(*zip(*curve), marker="o", label=label.split(" (")[0])
-            ax.set_title(f"{kind}: validation loss (base 2)")
+            ax.axhline(math.log2(self.results["unigram_test_ppl"]), color="gray", linestyle="--",
+                       label="unigram (test split)")
+            ax.set_title(title)
             ax.set_xlabel("updates")
             ax.legend()
             ax.grid(alpha=0.3)
