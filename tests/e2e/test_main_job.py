@@ -3,6 +3,8 @@ real command lines (corpus, sentencepiece, fairseq-preprocess, masked-LM pretrai
 finetuning, the LMs at 1,024 tokens, fairseq-eval-lm, RNN sampling) and writes its summary."""
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +13,16 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_main_job_quick_runs_every_stage_and_reports(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "main_job.py"), "--quick", "--work-dir", str(tmp_path)],
-                          check=False, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # its own process group, so that a timeout ends the fairseq command running under it too
+    job = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "main_job.py"), "--quick", "--work-dir", str(tmp_path)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = job.communicate(timeout=900)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        job.communicate(timeout=60)
+        raise
+    assert job.returncode == 0, stdout[-3000:] + stderr[-3000:]
     work = tmp_path / "quick"
     summary = json.loads((work / "summary.json").read_text())
 
@@ -25,7 +34,13 @@ def test_main_job_quick_runs_every_stage_and_reports(tmp_path):
     for name in ("transformer_lm", "linear_transformer_lm"):
         assert math.isfinite(summary[name]["test_ppl"]) and summary[name]["test_ppl"] > 1
         assert summary[name]["seconds_per_update"] > 0
-    assert len(summary["samples"]) == 2 and all(s.strip() for s in summary["samples"])
+    prompts = ("Return the", "This module provides")
+    assert len(summary["samples"]) == 2
+    assert all(s.startswith(p) and len(s) > len(p) for s, p in zip(summary["samples"], prompts))
+    # checkpoints are saved at the end only (--save-interval 1000000): every run still leaves its best checkpoint
+    for run in ("roberta", "linformer_roberta", "roberta_cls", "linformer_roberta_cls", "transformer_lm",
+                "linear_transformer_lm"):
+        assert (work / "checkpoints" / run / "checkpoint_best.pt").is_file(), run
     assert set(summary["stage_seconds"]) == {"binarize", "pretrain", "finetune", "language_models", "sample"}
 
     # pretraining masks 30% of the tokens, fairseq-validate measures at RoBERTa's 15% (the override reaches the
@@ -38,4 +53,4 @@ def test_main_job_quick_runs_every_stage_and_reports(tmp_path):
     table = (work / "summary.md").read_text()
     assert "x unigram" in table and "points over majority" in table and "15% masked" in table
     assert (work / "curves.png").stat().st_size > 0
-    assert "| linear_transformer_lm | causal LM (test, n=1024" in done.stdout
+    assert "| linear_transformer_lm | causal LM (test, n=1024" in stdout
