@@ -63,8 +63,8 @@ LM_SAMPLES_PER_BATCH = 2  # 500 updates of 2 x 1,024 tokens learned more than 30
 # Pretraining masks 30% of the tokens (twice the signal per update: 0.48x vs 0.52x unigram at n=64, and
 # Wettig et al. 2022 find it no worse than 15%); every masked-LM perplexity is measured at RoBERTa's 15%.
 TRAIN_MASK_PROB, EVAL_MASK_PROB = 0.3, 0.15
-# No dropout while pretraining (here) and for the LMs (--dropout 0; their attention dropout is 0 by default):
-# these runs see each token a few times at most, there is nothing to regularise yet, and dropout only slowed them
+# No dropout while pretraining and for the LMs: these runs see each token a few times at most, there is nothing
+# to regularise yet, and dropout only slowed them down
 NO_DROPOUT = ["--dropout", "0", "--attention-dropout", "0"]
 WIDTH = 128
 # pre-LN (normalize before each sublayer): post-LN models of this size stayed at the unigram perplexity for
@@ -181,7 +181,7 @@ class MainJob:
             train_log = fairseq("fairseq-train", self.data, "--user-dir", USER_DIR, "--task", "language_modeling",
                                 "--arch", arch, *DECODER, "--share-decoder-input-output-embed",
                                 "--tokens-per-sample", n, "--sample-break-mode", "none",
-                                "--batch-size", LM_SAMPLES_PER_BATCH, "--dropout", "0", "--lr", "5e-3",
+                                "--batch-size", LM_SAMPLES_PER_BATCH, *NO_DROPOUT, "--lr", "5e-3",
                                 *schedule(s.lm_updates, s.validations), "--save-dir", save, *COMMON,
                                 log=self.logs / f"train_{name}.log")
             self.curves[f"{name} (causal LM)"] = valid_curve(train_log)

@@ -3,26 +3,20 @@ real command lines (corpus, sentencepiece, fairseq-preprocess, masked-LM pretrai
 finetuning, the LMs at 1,024 tokens, fairseq-eval-lm, RNN sampling) and writes its summary."""
 import json
 import math
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
+
+from .processes import Background
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_main_job_quick_runs_every_stage_and_reports(tmp_path):
-    # its own process group, so that a timeout ends the fairseq command running under it too
-    job = subprocess.Popen([sys.executable, str(ROOT / "scripts" / "main_job.py"), "--quick", "--work-dir", str(tmp_path)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        stdout, stderr = job.communicate(timeout=900)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        job.communicate(timeout=60)
-        raise
-    assert job.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    # Background: on a timeout it kills the job and the fairseq command running under it, nothing else
+    job = Background(sys.executable, ROOT / "scripts" / "main_job.py", "--quick", "--work-dir", tmp_path,
+                     log=tmp_path / "main_job.log")
+    assert job.wait(900) == 0, job.log()[-6000:]
+    stdout = job.log()
     work = tmp_path / "quick"
     summary = json.loads((work / "summary.json").read_text())
 
