@@ -1,8 +1,8 @@
 """The fixes to fairseq 0.12 (``fairseq-fixed==0.12.3.1``) that this plugin owns.
 
 Each fix is applied once, when the plugin is imported (``--user-dir`` imports it before fairseq loads any
-checkpoint or starts any worker), is narrow, and names the fairseq trap it closes; the README's
-troubleshooting and reliability sections list them.
+checkpoint or starts any worker), is narrow, and names the fairseq trap it closes; docs/troubleshooting.md
+and docs/reliability.md list them.
 
 * :mod:`.checkpoints`: safe loading (``weights_only=True`` with an allow-list), atomic copies to
   ``checkpoint_last.pt``, resuming from the newest intact checkpoint, a missing ``--restore-file`` is an error.

@@ -1,5 +1,6 @@
 """The attention factory: options read once, each mechanism built per layer, shared modules handed back, and a
-new mechanism and a new model family as README's Contributing section shows them (its code blocks, run as written)."""
+new mechanism and a new model family as docs/architecture.md's Contributing section shows them (its code blocks, run
+as written)."""
 import argparse
 import re
 import textwrap
@@ -25,14 +26,15 @@ from fairseq_linattn.attention.options import identity_option_names
 from tests.models.builders import SMALL_ENCODER, build
 from tests.reference import assert_matches_reference
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 
 
 def readme_example(item: str) -> str:
-    """The python block of the README's Contributing item ``* **<item>**``, so that what it shows is what runs."""
+    """The python block of docs/architecture.md's Contributing item ``* **<item>**``, so that what it shows is what
+    runs."""
     section = README.read_text(encoding="utf-8").split(f"* **{item}**", 1)[1].split("\n* **", 1)[0]
     block = re.search(r"```python\n(.*?)```", section, flags=re.S)
-    assert block, f"README's {item!r} item has no python block"
+    assert block, f"docs/architecture.md's {item!r} item has no python block"
     return textwrap.dedent(block.group(1))
 
 
@@ -65,8 +67,8 @@ def test_options_are_read_once_with_the_defaults_in_one_place():
 
 
 def test_a_new_mechanism_is_an_options_class_an_attention_and_a_builder():
-    """README's "A mechanism": cosine attention with its flag, from the command line to the module, built by the
-    factory (and refused where it cannot be causal)."""
+    """docs/architecture.md's "A mechanism": cosine attention with its flag, from the command line to the module,
+    built by the factory (and refused where it cannot be causal)."""
     example = {"__name__": "readme_mechanism"}
     exec(compile(readme_example("A mechanism"), f"{README} (A mechanism)", "exec"), example)
     options_class, attention_class = example["CosineOptions"], example["CosineAttention"]
@@ -89,8 +91,8 @@ def test_a_new_mechanism_is_an_options_class_an_attention_and_a_builder():
 
 
 def test_a_new_model_family_is_only_names():
-    """README's "A model family": RoBERTa with PyTorch's fused softmax attention, built by the same factory, in
-    eight lines and no construction code."""
+    """docs/architecture.md's "A model family": RoBERTa with PyTorch's fused softmax attention, built by the same
+    factory, in eight lines and no construction code."""
     from fairseq.models import register_model
 
     from fairseq_linattn.models.layers import SwappedAttentionEncoder
