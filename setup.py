@@ -26,7 +26,7 @@ setup(
         # FSDP (--ddp-backend fully_sharded, GPUs only): fairscale 0.4.13 is its last release and installs with
         # torch 2.13; our layers are wrapped one by one like fairseq's own
         "fsdp": ["fairscale==0.4.13"],
-        "dev": ["pytest", "matplotlib", "fairscale==0.4.13", "ruff==0.17.6"],
+        "dev": ["pytest", "pytest-xdist", "matplotlib", "fairscale==0.4.13", "ruff==0.17.6"],
     },
     entry_points={
         "console_scripts": [

@@ -24,7 +24,7 @@ if ! "$venv/bin/python" -c "import fairseq" 2>/dev/null; then
   "${pip[@]}" install cython numpy setuptools wheel
   "${pip[@]}" install --no-build-isolation fairseq-fixed==0.12.3.1
 fi
-if ! "$venv/bin/python" -c "import fairseq_linattn, sentencepiece, sacrebleu, matplotlib, pytest, fairscale" 2>/dev/null \
+if ! "$venv/bin/python" -c "import fairseq_linattn, sentencepiece, sacrebleu, matplotlib, pytest, xdist, fairscale" 2>/dev/null \
     || [ ! -x "$venv/bin/ruff" ]; then
   echo "[bootstrap] installing the plugin and its tools"
   "${pip[@]}" install --no-build-isolation -e "$root[dev]"

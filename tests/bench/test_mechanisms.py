@@ -6,10 +6,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from fairseq_linattn.bench.mechanisms import MECHANISMS, REFERENCE
 from fairseq_linattn.bench.runner import ROOT
 
 
+@pytest.mark.slow
 def test_quick_run_writes_the_table(tmp_path):
     out = tmp_path / "results"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}

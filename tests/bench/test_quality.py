@@ -46,6 +46,7 @@ def test_perplexity_by_position_places_each_token_in_the_stream():
         perplexity_by_position(samples, block=1, period=4, buckets=2)
 
 
+@pytest.mark.slow
 def test_quick_run_writes_every_part(tmp_path):
     out, work = tmp_path / "results", tmp_path / "work"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
@@ -70,6 +71,7 @@ def test_quick_run_writes_every_part(tmp_path):
     assert "masked LM: linformer k=n/4" in proc.stdout and "extrapolation:" in proc.stdout  # the verdicts
 
 
+@pytest.mark.slow
 def test_quick_mechanism_study_writes_its_table(tmp_path):
     """scripts/bench_quality_mechanisms.py --quick: causal LM and extrapolation with the state carried for the
     --linear-attention mechanisms, through the real command lines, and the goal verdicts."""

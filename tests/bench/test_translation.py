@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from fairseq_linattn.bench.translation import detokenised_hypotheses
 
 from ..data.mo_files import numbered_catalogs
@@ -15,6 +17,7 @@ def test_hypotheses_come_back_in_the_test_splits_order():
     assert detokenised_hypotheses(log) == ["eins mit\ttab", "zwei"]
 
 
+@pytest.mark.slow
 def test_quick_run_writes_the_tables(tmp_path):
     locale = numbered_catalogs(tmp_path / "locale", catalogs=20, per_catalog=40)
     out, work = tmp_path / "results", tmp_path / "work"

@@ -38,6 +38,7 @@ def test_splits_hold_whole_catalogs_and_no_pair_twice(tmp_path):
     assert split_by_catalog(catalogs, seed=1) == splits  # seeded
 
 
+@pytest.mark.slow
 def test_too_few_catalogs_say_how_to_get_more(tmp_path):
     numbered_catalogs(tmp_path, catalogs=2, per_catalog=5)
     with pytest.raises(TooFewCatalogsError, match=r"found 14 English->de message pairs in 2 catalogs.*apt-get install"):

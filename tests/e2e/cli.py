@@ -1,10 +1,14 @@
-"""Run the real fairseq command lines (the console scripts next to this interpreter) in a subprocess."""
+"""Run the real fairseq command lines (the console scripts next to this interpreter) as new processes."""
+import atexit
 import os
 import re
-import subprocess
+import subprocess as _subprocess
 import sys
+import tempfile
 
 import torch
+
+from .forkserver import ForkServer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 USER_DIR = os.path.join(ROOT, "fairseq_linattn")
@@ -17,19 +21,67 @@ class Log(str):
     returncode: int
 
 
-def run(command, *args, cwd=None, env=None, check=True, timeout=600):
+def base_env(env=None):
+    """The environment every command of the suite gets: one OpenMP thread each (the suite runs two workers on
+    two cores), unbuffered output, a crash (SIGABRT, SIGSEGV) printing the Python stack of every thread, and no
+    TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD (the plugin's fix must do the loading)."""
+    base = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
+    return {**base, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1", **(env or {})}
+
+
+_fork_server = None
+FAST_TEST = None  # the node id of the running test when it is not marked slow (set by tests/conftest.py)
+
+
+def fork_server(env):
+    """The worker's :class:`ForkServer` if a command with ``env`` may be forked from it, else None (then the
+    command starts as a real subprocess). ``FAIRSEQ_LINATTN_TEST_FORK=0`` starts every command for real."""
+    global _fork_server
+    if os.environ.get("FAIRSEQ_LINATTN_TEST_FORK", "1") == "0":
+        return None
+    if _fork_server is None:
+        _fork_server = ForkServer(base_env())
+        atexit.register(_fork_server.close)
+    return _fork_server if _fork_server.accepts(env) else None
+
+
+def run(command, *args, cwd=None, env=None, check=True, timeout=600, subprocess=False):
     """Run ``command`` (e.g. "fairseq-train") with ``args``; return stdout+stderr (a :class:`Log`). Fails the test
-    with the log if the command fails, unless ``check=False``."""
+    with the log if the command fails, unless ``check=False``. The command is forked from the fork server (a new
+    process, without the import time) unless ``subprocess=True`` or it is not a fairseq or plugin command."""
+    if FAST_TEST:
+        raise AssertionError(f"{FAST_TEST} starts {command}: mark it @pytest.mark.slow (the fast tier starts no "
+                             "fairseq command)")
     exe = os.path.join(BIN, command)
-    base = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}  # our fix must
-    full_env = {**base, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})}  # do the loading
-    proc = subprocess.run([exe, *map(str, args)], cwd=cwd, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
-    log = Log(proc.stdout + proc.stderr)
-    log.returncode = proc.returncode
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{command} exited {proc.returncode}:\n{log[-6000:]}")
+    full_env = base_env(env)
+    args = [str(a) for a in args]
+    server = None if subprocess else _forkable(command, args, full_env)
+    if server is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            log_path = os.path.join(tmp, "log")
+            code, argv, kind = None, [exe, *args], "console"
+            if command == os.path.basename(sys.executable):
+                kind = "code" if args[0] == "-c" else "script"
+                code, argv = (args[1], ["-c", *args[2:]]) if kind == "code" else (None, args)
+            returncode = server.run(argv, command=command, env=full_env, cwd=cwd, log=log_path, timeout=timeout,
+                                    kind=kind, code=code)
+            with open(log_path, errors="replace") as f:
+                log = Log(f.read())
+    else:
+        proc = _subprocess.run([exe, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
+        log = Log(proc.stdout + proc.stderr)
+        returncode = proc.returncode
+    log.returncode = returncode
+    if check and returncode != 0:
+        raise AssertionError(f"{command} exited {returncode}:\n{log[-6000:]}")
     return log
+
+
+def _forkable(command, args, env):
+    python = command == os.path.basename(sys.executable)
+    if not (command.startswith("fairseq-") or (python and args and (args[0] == "-c" or args[0].endswith(".py")))):
+        return None
+    return fork_server(env)
 
 
 def python(*args, **kwargs):

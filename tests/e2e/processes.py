@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable, List
 
-from .cli import BIN
+from .cli import BIN, base_env
 
 
 class Background:
@@ -18,10 +18,9 @@ class Background:
     def __init__(self, command: str, *args, log: Path, env=None, cwd=None):
         self.log_path = Path(log)
         exe = command if os.path.isabs(command) else os.path.join(BIN, command)
-        base = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
         self._file = open(self.log_path, "w")
         self.process = subprocess.Popen([exe, *map(str, args)], stdout=self._file, stderr=subprocess.STDOUT, cwd=cwd,
-                                        env={**base, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **(env or {})})
+                                        env=base_env(env))
         self.pid = self.process.pid
 
     def log(self) -> str:

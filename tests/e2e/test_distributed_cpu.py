@@ -96,7 +96,7 @@ def test_a_dead_worker_stops_the_run_with_a_message_and_it_resumes(mlm_data, tmp
     killed = time.monotonic()
     os.kill(workers[1], 9)  # as the OOM killer would
     assert started.wait(timeout=60) != 0
-    assert time.monotonic() - killed < STOPPED_WITHIN_S  # the README's Reliability table says so
+    assert time.monotonic() - killed < STOPPED_WITHIN_S  # docs/reliability.md says so
     assert "distributed worker 1 died (killed by SIGKILL); the other workers were stopped" in started.log()
     assert f"Run the same command again to resume from {save}/checkpoint_last.pt" in started.log()
     assert not any(alive(pid) for pid in workers)
@@ -144,7 +144,7 @@ if __name__ == "__main__":
 """
 
 
-def test_fairscale_fsdp_stops_on_cpu_where_the_readme_says(tmp_path):
+def test_fairscale_fsdp_stops_on_cpu_where_the_docs_say(tmp_path):
     """Why the plugin refuses fully_sharded on CPU, shown with two gloo workers and fairscale itself: with
     fairseq's arguments, FSDP's constructor sends a tensor to CUDA to check the process group; given a CPU
     compute device, it wraps but its first forward looks for its CUDA streams."""

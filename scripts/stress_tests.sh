@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Run tests again and again on a busy machine: the check that a flaky test is gone.
+#   bash scripts/stress_tests.sh [ROUNDS] [PYTEST ARGS...]
+# Defaults: 20 rounds of the distributed and kill/resume tests. Two busy loops keep both cores loaded for the
+# whole run (the load under which a two-worker run once died); the first failing round stops it, its log kept.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+rounds="${1:-20}"
+shift || true
+tests=("$@")
+[ ${#tests[@]} -gt 0 ] || tests=(tests/e2e/test_distributed_cpu.py tests/e2e/test_resume.py)
+logs="$(mktemp -d)"
+busy=()
+for _ in 1 2; do .venv/bin/python -c "while True: pass" & busy+=($!); done
+trap 'kill "${busy[@]}" 2>/dev/null || true' EXIT
+for round in $(seq 1 "$rounds"); do
+  start=$(date +%s)
+  if .venv/bin/python -m pytest "${tests[@]}" -p no:cacheprovider -q -x > "$logs/round$round.log" 2>&1; then
+    echo "round $round/$rounds: passed ($(tail -1 "$logs/round$round.log")) in $(( $(date +%s) - start )) s"
+  else
+    echo "round $round/$rounds: FAILED; log: $logs/round$round.log"
+    tail -40 "$logs/round$round.log"
+    exit 1
+  fi
+done
+echo "all $rounds rounds passed (logs: $logs)"
