@@ -6,6 +6,7 @@
   is the fast tier (ops, layers, models, data, option checks).
 * A fast test that starts a fairseq command fails and says to mark it: the tier stays fast by construction.
 * Under pytest-xdist each worker computes with one thread (two workers share the two cores).
+* fairseq commands are forked from a server that has imported torch and fairseq (FAIRSEQ_LINATTN_FORK_COMMANDS).
 """
 import os
 from pathlib import Path
@@ -19,6 +20,11 @@ SLOW_FOLDERS = ("e2e", "examples")
 SLOW_FIXTURES = {"lm_databin", "mlm_data", "spm_data"}  # they start fairseq-preprocess: their users are slow
 TESTS = Path(__file__).resolve().parent
 THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else torch.get_num_threads()
+# fairseq commands are forked from a server that imported torch and fairseq once, here and in the benchmarks
+# and main job the tests start (fairseq_linattn/cli/forkserver.py); FAIRSEQ_LINATTN_FORK_COMMANDS=0 starts them
+# all as real subprocesses
+os.environ.setdefault("FAIRSEQ_LINATTN_FORK_COMMANDS", "1")
+os.environ["OMP_NUM_THREADS"] = "1"  # every process the tests start: one thread each (two workers, two cores)
 
 
 def pytest_collection_modifyitems(config, items):

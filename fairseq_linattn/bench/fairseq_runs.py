@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..cli import forkserver
+
 USER_DIR = Path(__file__).resolve().parents[1]  # the fairseq_linattn package folder
 BIN = Path(sys.executable).parent
 
@@ -37,18 +39,26 @@ def fairseq(command: str, *args, log: Path, echo: Optional[re.Pattern] = PROGRES
     cmd = [str(BIN / command), *map(str, args)]
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     full_env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin's safe loader does the loading
-    lines = []
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env) as proc:
-        for line in proc.stdout:
-            lines.append(line)
+    Path(log).parent.mkdir(parents=True, exist_ok=True)
+    server = forkserver.shared(full_env)
+    if server is not None:  # FAIRSEQ_LINATTN_FORK_COMMANDS=1: forked, its lines echoed when it is done
+        returncode = server.run(cmd, command=command, env=full_env, cwd=os.getcwd(), log=log, kind="console")
+        lines = Path(log).read_text(errors="replace").splitlines(keepends=True)
+        for line in lines:
             if echo is not None and echo.search(line):
                 print("   " + line.rstrip()[-160:], flush=True)
-    text = "".join(lines)
-    Path(log).parent.mkdir(parents=True, exist_ok=True)
-    Path(log).write_text(text)
-    if proc.returncode != 0:
-        raise FairseqError(f"{command} failed (exit {proc.returncode}); full log: {log}\n{''.join(lines[-30:])}")
-    return text
+    else:
+        lines = []
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env) as proc:
+            for line in proc.stdout:
+                lines.append(line)
+                if echo is not None and echo.search(line):
+                    print("   " + line.rstrip()[-160:], flush=True)
+        Path(log).write_text("".join(lines))
+        returncode = proc.returncode
+    if returncode != 0:
+        raise FairseqError(f"{command} failed (exit {returncode}); full log: {log}\n{''.join(lines[-30:])}")
+    return "".join(lines)
 
 
 def last(pattern: str, text: str, cast=float):

@@ -7,8 +7,11 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from ..cli import forkserver
 
 
 def find_fairseq_preprocess() -> str:
@@ -37,12 +40,15 @@ def run_fairseq_preprocess(*invocations: list[str], parallel: int | None = None)
     the failing command's output if any invocation fails.
     """
     executable = find_fairseq_preprocess()
+    server = forkserver.shared(dict(os.environ))
+    if server is not None:  # FAIRSEQ_LINATTN_FORK_COMMANDS=1: one after the other, each without the imports
+        results = [_forked(server, [executable, *args]) for args in invocations]
+    else:
+        def run(args: list[str]) -> subprocess.CompletedProcess:
+            return subprocess.run([executable, *args], capture_output=True, text=True)
 
-    def run(args: list[str]) -> subprocess.CompletedProcess:
-        return subprocess.run([executable, *args], capture_output=True, text=True)
-
-    with ThreadPoolExecutor(max_workers=parallel or os.cpu_count() or 1) as pool:
-        results = list(pool.map(run, invocations))
+        with ThreadPoolExecutor(max_workers=parallel or os.cpu_count() or 1) as pool:
+            results = list(pool.map(run, invocations))
     failures = [
         f"fairseq-preprocess failed (exit {r.returncode}): {' '.join(r.args)}\n{r.stdout[-3000:]}{r.stderr[-3000:]}"
         for r in results
@@ -50,3 +56,10 @@ def run_fairseq_preprocess(*invocations: list[str], parallel: int | None = None)
     ]
     if failures:
         raise RuntimeError("\n\n".join(failures))
+
+
+def _forked(server, argv: list[str]) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "log"
+        code = server.run(argv, command="fairseq-preprocess", env=dict(os.environ), cwd=os.getcwd(), log=log)
+        return subprocess.CompletedProcess(argv, code, log.read_text(errors="replace"), "")

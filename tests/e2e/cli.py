@@ -1,5 +1,4 @@
 """Run the real fairseq command lines (the console scripts next to this interpreter) as new processes."""
-import atexit
 import os
 import re
 import subprocess as _subprocess
@@ -8,7 +7,7 @@ import tempfile
 
 import torch
 
-from .forkserver import ForkServer
+from fairseq_linattn.cli import forkserver
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 USER_DIR = os.path.join(ROOT, "fairseq_linattn")
@@ -29,20 +28,13 @@ def base_env(env=None):
     return {**base, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1", **(env or {})}
 
 
-_fork_server = None
 FAST_TEST = None  # the node id of the running test when it is not marked slow (set by tests/conftest.py)
 
 
 def fork_server(env):
-    """The worker's :class:`ForkServer` if a command with ``env`` may be forked from it, else None (then the
-    command starts as a real subprocess). ``FAIRSEQ_LINATTN_TEST_FORK=0`` starts every command for real."""
-    global _fork_server
-    if os.environ.get("FAIRSEQ_LINATTN_TEST_FORK", "1") == "0":
-        return None
-    if _fork_server is None:
-        _fork_server = ForkServer(base_env())
-        atexit.register(_fork_server.close)
-    return _fork_server if _fork_server.accepts(env) else None
+    """The fork server for commands with ``env``, else None (then the command starts as a real subprocess):
+    ``FAIRSEQ_LINATTN_FORK_COMMANDS=0`` starts every command for real."""
+    return forkserver.shared(env, default="1")
 
 
 def run(command, *args, cwd=None, env=None, check=True, timeout=600, subprocess=False):

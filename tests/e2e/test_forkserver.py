@@ -52,3 +52,21 @@ def test_a_timeout_kills_the_command_and_what_it_started(tmp_path):
     while any(alive(int(pid)) for pid in pids.read_text().split()) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(alive(int(pid)) for pid in pids.read_text().split())
+
+
+@pytest.mark.parametrize("fork", ["1", "0"])
+def test_the_studies_commands_run_forked_or_for_real(fork, monkeypatch, tmp_path):
+    """The benchmarks' and the main job's runner and the data scripts' fairseq-preprocess: forked with
+    FAIRSEQ_LINATTN_FORK_COMMANDS=1 (as under this suite), real subprocesses otherwise (their default)."""
+    from fairseq_linattn.bench.fairseq_runs import FairseqError, fairseq
+    from fairseq_linattn.data import run_fairseq_preprocess
+
+    monkeypatch.setenv("FAIRSEQ_LINATTN_FORK_COMMANDS", fork)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    text = fairseq("fairseq-preprocess", "--help", log=tmp_path / "help.log", echo=None)
+    assert "usage: fairseq-preprocess" in text and (tmp_path / "help.log").read_text() == text
+    with pytest.raises(FairseqError, match=r"fairseq-preprocess failed \(exit 2\)"):
+        fairseq("fairseq-preprocess", "--no-such-option", log=tmp_path / "bad.log", echo=None)
+    run_fairseq_preprocess(["--help"])
+    with pytest.raises(RuntimeError, match=r"fairseq-preprocess failed \(exit 2\)"):
+        run_fairseq_preprocess(["--no-such-option"])

@@ -1,20 +1,22 @@
-"""A fork server for the command-line tests: the real console scripts, without paying their imports each time.
+"""Many fairseq commands from one Python program, without paying their imports each time.
 
-Every ``fairseq-train`` of the suite used to be a fresh interpreter that spends ~4 s importing torch and fairseq
-before it reads its first argument. Here one server process per test worker imports torch and fairseq once and
-then forks a child per command. The child is a new process as a command line makes one: its own argv, environment,
-working directory, stdin/stdout/stderr (one log file), its own process group (a timeout kills it and any worker it
-spawned), and its exit status (negative signal numbers as :mod:`subprocess` reports them). It then imports the
-command's module itself (``fairseq_cli.train`` sets up logging as a real start does) and the plugin only when the
-command line names it (``--user-dir``), so a command without the plugin sees fairseq alone.
+A fairseq command spends ~4 s importing torch and fairseq before it reads its first argument; a study or a test
+suite that runs dozens of short commands spends most of its time there. A :class:`ForkServer` is one process
+that imports torch and fairseq once and then forks a child per command. The child is a new process as a command
+line makes one: its own argv, environment, working directory, stdin/stdout/stderr (one log file), its own
+process group (a timeout kills it and any worker it spawned) and its exit status (negative signal numbers as
+:mod:`subprocess` reports them). It runs the console script itself as the interpreter runs a script (so
+``fairseq_cli.train`` sets up logging as at a real start, and spawned workers import it again), and it imports
+the plugin only when the command line names it (``--user-dir``).
 
-What a fork cannot reproduce, and :func:`tests.e2e.cli.run` therefore starts as a real subprocess: anything that
-changes what the imports see (``env`` entries other than the ones listed in :data:`RUNTIME_ENV`), ``torchrun``, and
-the tests that ask for ``subprocess=True`` (each command line keeps at least one real start in the suite: the
-examples' recipes run every command as written through bash).
+A fork cannot give a command another environment for its imports than the server's: :func:`shared` keeps a
+server per environment (:data:`RUNTIME_ENV` lists the variables read only while running, which a child may set).
 
-Forking is safe because the server never runs a torch operation (no OpenMP pool, no threads exist when it forks:
-checked at start-up below).
+Used by the test suite (every fairseq command of tests/e2e) and, when ``FAIRSEQ_LINATTN_FORK_COMMANDS=1``, by
+the benchmark studies and the main job (:func:`shared` below); their default is a real subprocess per command.
+Forking is safe because no thread exists when the server forks: it never runs a torch operation (no OpenMP
+pool), and a server whose imports started threads anyway (OpenBLAS does, unless ``OMP_NUM_THREADS=1``) refuses
+at start-up; :func:`shared` then starts real subprocesses.
 """
 import atexit
 import json
@@ -101,9 +103,13 @@ def serve(fd: int):
 
     logging.getLogger().handlers.clear()  # as a fresh process: the command's module configures logging itself
     logging.getLogger().setLevel(logging.WARNING)
-    assert threading.active_count() == 1 and len(os.listdir("/proc/self/task")) == 1, "a thread exists: no fork"
     channel = socket.socket(fileno=fd)
     stream = channel.makefile("rwb", buffering=0)
+    threads = len(os.listdir("/proc/self/task"))
+    if threads > 1:  # e.g. OpenBLAS starts its pool at import unless OMP_NUM_THREADS=1: a fork would lose it
+        stream.write(json.dumps({"ready": False, "why": f"{threads} threads after the imports"}).encode() + b"\n")
+        return
+    stream.write(json.dumps({"ready": True}).encode() + b"\n")
     for line in stream:
         request = json.loads(line)
         sys.stdout.flush()
@@ -118,26 +124,29 @@ def serve(fd: int):
         stream.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
 
 
+class CannotFork(RuntimeError):
+    """The server's imports started threads (a fork would copy a process without them)."""
+
+
 class ForkServer:
-    """The client: one server process, started on first use with ``env`` (the suite's base environment)."""
+    """The client: starts one server process with ``env`` (what every command it forks starts from)."""
 
     def __init__(self, env):
         self.env = dict(env)
         ours, theirs = socket.socketpair()
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        self.process = subprocess.Popen([sys.executable, "-m", "tests.e2e.forkserver", str(theirs.fileno())],
-                                        pass_fds=(theirs.fileno(),), cwd=root, env=self.env,
+        # run as a script, not as a module of the plugin: the plugin is imported only by commands that name it
+        self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__), str(theirs.fileno())],
+                                        pass_fds=(theirs.fileno(),), env=self.env,
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
         theirs.close()
         self.channel = ours
         self.stream = ours.makefile("rwb", buffering=0)
         self.lock = threading.Lock()
-
-    def accepts(self, env) -> bool:
-        """Whether a command with ``env`` sees what a fresh process would, once forked from this server."""
-        keys = set(env) | set(self.env)
-        return all(env.get(k) == self.env.get(k) for k in keys - RUNTIME_ENV)
+        ready = self._reply()
+        if not ready["ready"]:
+            self.close()
+            raise CannotFork(f"cannot fork commands safely: {ready['why']} (set OMP_NUM_THREADS=1)")
 
     def run(self, argv, *, command, env, cwd, log, stdin=None, timeout=600, kind="console", code=None) -> int:
         """Run one command; its output goes to the file ``log``; returns its exit status (-N: killed by signal N).
@@ -160,7 +169,7 @@ class ForkServer:
     def _reply(self):
         line = self.stream.readline()
         if not line:
-            raise RuntimeError(f"the fork server exited ({self.process.poll()}); run with FAIRSEQ_LINATTN_TEST_FORK=0")
+            raise RuntimeError(f"the fork server exited ({self.process.poll()})")
         return json.loads(line)
 
     def close(self):
@@ -169,5 +178,27 @@ class ForkServer:
         self.process.wait(30)
 
 
+FORK_COMMANDS = "FAIRSEQ_LINATTN_FORK_COMMANDS"
+_servers = {}  # one per environment (what the imports see), started on first use
+
+
+def shared(env, default="0"):
+    """A fork server for commands with ``env`` if ``FAIRSEQ_LINATTN_FORK_COMMANDS`` (or ``default`` when it is
+    unset) is 1, else None: start the command as a real subprocess. Commands whose environments differ only in
+    :data:`RUNTIME_ENV` share a server."""
+    if os.environ.get(FORK_COMMANDS, default) != "1":
+        return None
+    key = frozenset((k, v) for k, v in env.items() if k not in RUNTIME_ENV)
+    if key not in _servers:
+        try:
+            _servers[key] = ForkServer(env)
+            atexit.register(_servers[key].close)
+        except CannotFork as error:
+            logging.getLogger(__name__).warning(f"{FORK_COMMANDS}=1: {error}; starting real subprocesses instead")
+            _servers[key] = None
+    return _servers[key]
+
+
 if __name__ == "__main__":
+    sys.path.pop(0)  # this file's folder: its modules are the plugin's, not top-level ones
     serve(int(sys.argv[1]))
