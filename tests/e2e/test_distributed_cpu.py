@@ -1,5 +1,5 @@
-"""Several CPU workers (gloo): fairseq's spawn and torchrun agree, two workers train exactly like one with
---update-freq 2, two "nodes" of torchrun train and checkpoint, a dead worker or a dead parent stops the run
+"""Several CPU workers (gloo): fairseq's spawn and torchrun agree (two workers against one with --update-freq 2:
+test_two_workers.py), two "nodes" of torchrun train and checkpoint, a dead worker or a dead parent stops the run
 in bounded time (and it resumes), and FSDP's per-layer wrapping matches fairseq's own models."""
 import os
 import re
@@ -11,7 +11,7 @@ import torch
 
 from tests.models.builders import SMALL_DECODER, SMALL_ENCODER, build
 
-from .cli import COMMON, MODELS, TINY, USER_DIR, assert_same_tensors, final_state, losses, run
+from .cli import COMMON, MODELS, TINY, USER_DIR, run
 from .processes import Background, alive, spawned_workers, wait_gone
 
 FAIRSEQ_TRAIN = os.path.join(os.path.dirname(sys.executable), "fairseq-train")
@@ -43,24 +43,6 @@ def test_spawned_and_torchrun_workers_agree(mlm_data, tmp_path):
 def model_args(data, model, save_dir, updates, *extra):
     return [data, "--user-dir", USER_DIR, *MODELS[model], "--batch-size", "8", "--optimizer", "adam", "--lr", "1e-3",
             "--max-update", str(updates), "--no-epoch-checkpoints", "--save-dir", save_dir, *NO_DROPOUT, *COMMON, *extra]
-
-
-@pytest.mark.parametrize("model", ["linformer", "linear_roberta", "lm-elu", "lm-favor"])
-def test_two_workers_train_bit_for_bit_like_one_with_update_freq_2(model, mlm_data, tmp_path):
-    """The same global batch of 16: worker r gets batches r, r+2, ...; one worker gets both in turn. Without
-    dropout the runs agree exactly: every logged loss and every tensor of the final checkpoint. FAVOR+
-    redraws its features every 2 updates; each draw is checked identical on the two workers (an all_gather
-    of a digest that fails the run otherwise)."""
-    favor = ["--favor-redraw-interval", "2"] if model == "lm-favor" else []
-    two = run("fairseq-train", *model_args(mlm_data, model, tmp_path / "two", 6, *favor), *GLOO,
-              "--distributed-world-size", "2")
-    one = run("fairseq-train", *model_args(mlm_data, model, tmp_path / "one", 6, *favor), "--update-freq", "2")
-    assert "training on 2 devices" in two and losses(two) == losses(one) and len(losses(one)) == 6
-    assert_same_tensors(final_state(tmp_path / "two"), final_state(tmp_path / "one"))
-    if model == "lm-favor":
-        for draw in range(3):  # draws 0 (at build), 1 and 2 (updates 2 and 4) of both layers
-            for seed in (1000, 1001):
-                assert f"FAVOR+ features (seed {seed}, draw {draw}): identical on all 2 workers" in two
 
 
 def test_two_nodes_of_torchrun_train_checkpoint_and_resume(mlm_data, tmp_path):
