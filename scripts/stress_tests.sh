@@ -17,7 +17,7 @@ trap 'kill "${busy[@]}" 2>/dev/null || true' EXIT
 for round in $(seq 1 "$rounds"); do
   start=$(date +%s)
   if .venv/bin/python -m pytest "${tests[@]}" -p no:cacheprovider -q -x > "$logs/round$round.log" 2>&1; then
-    echo "round $round/$rounds: passed ($(tail -1 "$logs/round$round.log")) in $(( $(date +%s) - start )) s"
+    echo "round $round/$rounds: $(grep -E '[0-9]+ passed' "$logs/round$round.log" | tail -1) ($(( $(date +%s) - start )) s)"
   else
     echo "round $round/$rounds: FAILED; log: $logs/round$round.log"
     tail -40 "$logs/round$round.log"
