@@ -7,6 +7,10 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 rounds="${1:-20}"
+if ! [[ "$rounds" =~ ^[1-9][0-9]*$ ]]; then
+  echo "stress_tests.sh: error: ROUNDS must be a whole number >= 1, got '$rounds' (usage: bash scripts/stress_tests.sh [ROUNDS] [PYTEST ARGS...])" >&2
+  exit 2
+fi
 shift || true
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(tests/e2e/test_distributed_cpu.py tests/e2e/test_resume.py)

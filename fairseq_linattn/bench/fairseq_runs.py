@@ -41,19 +41,21 @@ def fairseq(command: str, *args, log: Path, echo: Optional[re.Pattern] = PROGRES
     full_env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)  # the plugin's safe loader does the loading
     Path(log).parent.mkdir(parents=True, exist_ok=True)
     server = forkserver.shared(full_env)
+    lines = []
+
+    def keep(line):
+        lines.append(line)
+        if echo is not None and echo.search(line):
+            print("   " + line.rstrip()[-160:], flush=True)
+
     if server is not None:  # FAIRSEQ_LINATTN_FORK_COMMANDS=1: forked, its lines echoed when it is done
-        returncode = server.run(cmd, command=command, env=full_env, cwd=os.getcwd(), log=log, kind="console")
-        lines = Path(log).read_text(errors="replace").splitlines(keepends=True)
-        for line in lines:
-            if echo is not None and echo.search(line):
-                print("   " + line.rstrip()[-160:], flush=True)
+        returncode = server.run(cmd, command=command, env=full_env, cwd=os.getcwd(), log=log)
+        for line in Path(log).read_text(errors="replace").splitlines(keepends=True):
+            keep(line)
     else:
-        lines = []
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env) as proc:
             for line in proc.stdout:
-                lines.append(line)
-                if echo is not None and echo.search(line):
-                    print("   " + line.rstrip()[-160:], flush=True)
+                keep(line)
         Path(log).write_text("".join(lines))
         returncode = proc.returncode
     if returncode != 0:

@@ -132,11 +132,10 @@ class ForkServer:
     """The client: starts one server process with ``env`` (what every command it forks starts from)."""
 
     def __init__(self, env):
-        self.env = dict(env)
         ours, theirs = socket.socketpair()
         # run as a script, not as a module of the plugin: the plugin is imported only by commands that name it
         self.process = subprocess.Popen([sys.executable, os.path.abspath(__file__), str(theirs.fileno())],
-                                        pass_fds=(theirs.fileno(),), env=self.env,
+                                        pass_fds=(theirs.fileno(),), env=dict(env),
                                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
         theirs.close()
@@ -186,7 +185,10 @@ def shared(env, default="0"):
     """A fork server for commands with ``env`` if ``FAIRSEQ_LINATTN_FORK_COMMANDS`` (or ``default`` when it is
     unset) is 1, else None: start the command as a real subprocess. Commands whose environments differ only in
     :data:`RUNTIME_ENV` share a server."""
-    if os.environ.get(FORK_COMMANDS, default) != "1":
+    setting = os.environ.get(FORK_COMMANDS, default)
+    if setting not in ("0", "1"):
+        logging.getLogger(__name__).warning(f"{FORK_COMMANDS} is 0 or 1, got {setting!r}: starting real subprocesses")
+    if setting != "1":
         return None
     key = frozenset((k, v) for k, v in env.items() if k not in RUNTIME_ENV)
     if key not in _servers:
