@@ -13,7 +13,7 @@ if ! [[ "$rounds" =~ ^[1-9][0-9]*$ ]]; then
 fi
 shift || true
 tests=("$@")
-[ ${#tests[@]} -gt 0 ] || tests=(tests/e2e/test_distributed_cpu.py tests/e2e/test_resume.py)
+[ ${#tests[@]} -gt 0 ] || tests=(tests/e2e/test_distributed_cpu.py tests/e2e/test_two_workers.py tests/e2e/test_resume.py)
 logs="$(mktemp -d)"
 busy=()
 for _ in 1 2; do .venv/bin/python -c "while True: pass" & busy+=($!); done
