@@ -1,6 +1,9 @@
 """The fork server that starts the suite's commands: a forked command behaves as the same command started for
 real (arguments, exit status, output, signals, the plugin only with --user-dir, timeouts kill its process group)."""
+import os
 import re
+import signal
+import subprocess
 import time
 
 import pytest
@@ -71,3 +74,81 @@ def test_the_studies_commands_run_forked_or_for_real(fork, monkeypatch, tmp_path
             fairseq("fairseq-preprocess", "--no-such-option", log=tmp_path / "bad.log", echo=None)
         with pytest.raises(RuntimeError, match=r"fairseq-preprocess failed \(exit 2\)"):
             run_fairseq_preprocess(["--no-such-option"])
+
+
+@pytest.fixture(scope="module")
+def shims(tmp_path_factory):
+    """A shell environment whose python and fairseq-train are shims to a fork server (as the recipes' tests use)."""
+    from fairseq_linattn.cli import forkserver
+
+    from .cli import BIN, base_env
+
+    env = base_env({"PATH": BIN + os.pathsep + os.environ["PATH"]})
+    server = forkserver.ForkServer(env)
+    yield forkserver.write_shims(server, tmp_path_factory.mktemp("shims"), ["python", "fairseq-train"], env)
+    server.close()
+
+
+def shell(script, env, **kwargs):
+    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60, **kwargs)
+
+
+def test_a_shell_script_forks_its_commands_through_shims(shims, tmp_path):
+    (tmp_path / "pid.py").write_text("import os, sys; print(os.getppid(), sys.argv[1:], sys.stdin.read().strip()); "
+                                     "sys.exit(int(sys.argv[1]))")
+    script = ("echo from-stdin | python pid.py 3; echo status=$?; python -m json.tool --help | head -1; "
+              f"fairseq-train --user-dir {USER_DIR} --arch linear_transformer_lm 2>&1 | tail -1; "
+              "python -c 'import os; print(\"real\", os.getppid())'; echo shell=$$")
+    out = shell(script, shims, cwd=tmp_path)
+    lines = out.stdout.splitlines()
+    shell_pid = lines[-1].split("=")[1]
+    forked_parent, argv, stdin = lines[0].split(" ", 2)[0], lines[0].split(" ", 2)[1], lines[0].rsplit(" ", 1)[1]
+    assert forked_parent != shell_pid and argv == "['3']" and stdin == "from-stdin"  # forked by the server
+    assert lines[1] == "status=3" and lines[2].startswith("usage: ")
+    assert "error: the following arguments are required: data" in lines[3]  # the plugin's arch: --user-dir read
+    assert lines[4] == f"real {shell_pid}"  # python -c: not forkable, executed for real by the shim
+
+
+def test_a_refused_environment_and_a_missing_server_run_for_real(shims, tmp_path):
+    (tmp_path / "parent.py").write_text("import os; print(os.getppid())")
+    refused = {**shims, "OMP_NUM_THREADS": "2"}  # read by the imports: the server's differs
+    missing = {**shims, "FAIRSEQ_LINATTN_FORK_SOCKET": str(tmp_path / "no-server")}
+    for env in (refused, missing):
+        out = shell("python parent.py; echo $$", env, cwd=tmp_path)
+        parent, shell_pid = out.stdout.split()
+        assert parent == shell_pid, out.stderr  # the shim became the real interpreter
+
+
+def test_killing_a_shim_kills_its_forked_command(shims, tmp_path):
+    pid_file = tmp_path / "pid"
+    code = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    (tmp_path / "sleep.py").write_text(code)
+    shim = subprocess.Popen(["python", "sleep.py"], env=shims, cwd=tmp_path)
+    deadline = time.monotonic() + 30
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and shim.poll() is None
+        time.sleep(0.05)
+    command = int(pid_file.read_text())
+    assert command != shim.pid  # forked by the server, not the shim itself
+    shim.send_signal(signal.SIGTERM)  # forwarded: the command dies of it, and so the shim, as the shell expects
+    assert shim.wait(10) == -signal.SIGTERM
+    shim = subprocess.Popen(["python", "sleep.py"], env=shims, cwd=tmp_path)
+    pid_file.write_text("")
+    while not pid_file.read_text():
+        time.sleep(0.05)
+    command = int(pid_file.read_text())
+    shim.kill()  # SIGKILL cannot be forwarded: the server sees its client go and kills the command's group
+    shim.wait(10)
+    deadline = time.monotonic() + 10
+    while alive(command) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(command)
+
+
+def test_commands_a_shimmed_command_starts_fork_from_the_same_server(shims, tmp_path):
+    """A data script run through a shim forks its fairseq-preprocess from the shim's server (no second server)."""
+    code = ("import os; from fairseq_linattn.cli import forkserver; s = forkserver.shared(dict(os.environ)); "
+            "print(s.path == os.environ['FAIRSEQ_LINATTN_FORK_SOCKET'], s.process)")
+    (tmp_path / "nested.py").write_text(code)
+    out = shell("python nested.py", {**shims, "FAIRSEQ_LINATTN_FORK_COMMANDS": "1"}, cwd=tmp_path)
+    assert out.stdout.strip() == "True None", out.stderr

@@ -1,11 +1,14 @@
 """Running a recipe: every command of an examples/<recipe>/README.md as written (its bash blocks, in order) with
 tiny settings on CPU, so the recipes cannot drift from the code. The tests are one module per recipe (the suite's
-workers take a module each)."""
+workers take a module each). Their fairseq and python commands are forked from a fork server through shims on
+PATH (``fairseq_linattn/cli/forkserver.py``; ``FAIRSEQ_LINATTN_FORK_COMMANDS=0``: real starts): the real start
+of each command is tested in tests/e2e."""
 import os
 import re
 import subprocess
 import sys
 
+from fairseq_linattn.cli import forkserver
 from tests.e2e.cli import ROOT
 
 EXAMPLES = os.path.join(ROOT, "examples")
@@ -13,6 +16,8 @@ TINY = {
     "CORPUS_CHARS": "300000", "VOCAB": "1000", "N": "64", "K": "16", "UPDATES": "4", "WARMUP": "1", "BATCH": "8",
     "UPDATE_FREQ": "1", "FT_UPDATES": "4", "MAX_TOKENS": "512", "DEVICE": "--cpu", "NUM_SEQUENCES": "4",
 }
+SHIMMED = ["python", "fairseq-train", "fairseq-validate", "fairseq-eval-lm", "fairseq-generate", "fairseq-interactive",
+           "fairseq-preprocess"]
 ENCODER = "--encoder-layers 2 --encoder-embed-dim 64 --encoder-ffn-embed-dim 128 --encoder-attention-heads 4"
 DECODER = "--decoder-layers 2 --decoder-embed-dim 64 --decoder-ffn-embed-dim 128 --decoder-attention-heads 4"
 
@@ -28,6 +33,9 @@ def run_recipe(recipe: str, work, **settings) -> str:
     env = {**os.environ, **TINY, **settings, "WORK": str(work), "OMP_NUM_THREADS": "1",
            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    server = forkserver.shared(env, default="1")
+    if server is not None:
+        env = forkserver.write_shims(server, os.path.join(work, "bin"), SHIMMED, env)
     proc = subprocess.run(["bash", "-c", commands(recipe)], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=900)
     log = proc.stdout + proc.stderr
