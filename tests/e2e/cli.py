@@ -137,3 +137,30 @@ def train_lm(data, save_dir, *extra, arch="linear_transformer_lm", updates=6, **
                *DECODER, "--tokens-per-sample", "64", "--sample-break-mode", "none", "--batch-size", "8",
                "--optimizer", "adam", "--lr", "1e-3", "--max-update", str(updates), "--save-dir", save_dir,
                "--no-epoch-checkpoints", *COMMON, *extra, **run_options)
+
+
+def page_commands(page: str, program: str):
+    """The command lines that start with ``program`` in the bash blocks of ``page`` (a path from the repository's
+    root), as argument lists (continuation lines joined, comments dropped): what a test runs as written."""
+    import shlex
+
+    text = open(os.path.join(ROOT, page), encoding="utf-8").read()
+    lines = "\n".join(re.findall(r"```bash\n(.*?)```", text, flags=re.S)).replace("\\\n", " ").splitlines()
+    found = [shlex.split(line, comments=True) for line in lines if line.split(" ", 1)[0] == program]
+    assert found, f"{page} shows no {program} command"
+    return found
+
+
+def with_values(argv, **overrides):
+    """``argv`` (a page's command) with the value of each ``key=...`` override replaced (``task_data`` names
+    ``task.data``) and the repository's paths made absolute; a key the command does not have is an error."""
+    values = {key.replace("_", ".", 1): str(value) for key, value in overrides.items()}
+    out = []
+    for arg in argv:
+        key = arg.split("=", 1)[0]
+        if "=" in arg and key in values:
+            arg = f"{key}={values.pop(key)}"
+        arg = arg.replace("$PWD/fairseq_linattn", USER_DIR)
+        out.append(os.path.join(ROOT, arg) if arg.startswith("fairseq_linattn/") else arg)
+    assert not values, f"{' '.join(argv)} has no {', '.join(values)}"
+    return out

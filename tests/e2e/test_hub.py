@@ -1,5 +1,7 @@
 """The hub interface (from_pretrained) on a checkpoint trained by fairseq-train, with sentencepiece."""
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +12,8 @@ from .cli import COMMON, TINY, USER_DIR, run
 
 
 @pytest.fixture(scope="module")
-def hub_model(spm_data, tmp_path_factory):
+def hub_checkpoints(spm_data, tmp_path_factory):
+    """A tiny Linformer trained by fairseq-train, with its sentencepiece model beside it."""
     data, spm_model = spm_data
     save = tmp_path_factory.mktemp("hub")
     run("fairseq-train", data, "--user-dir", USER_DIR, "--task", "masked_lm", "--criterion", "masked_lm",
@@ -19,7 +22,12 @@ def hub_model(spm_data, tmp_path_factory):
         *COMMON)
     # fairseq's hub loader picks up a sentencepiece model named like this beside the checkpoint
     shutil.copy(spm_model, save / "sentencepiece.bpe.model")
-    return LinformerRobertaModel.from_pretrained(str(save), "checkpoint_last.pt", str(data)).eval()
+    return save
+
+
+@pytest.fixture(scope="module")
+def hub_model(hub_checkpoints, spm_data):
+    return LinformerRobertaModel.from_pretrained(str(hub_checkpoints), "checkpoint_last.pt", str(spm_data[0])).eval()
 
 
 def test_extract_features_and_padding(hub_model):
@@ -50,3 +58,17 @@ def test_classification_head_predict(hub_model):
 def test_too_long_input_is_refused_clearly(hub_model):
     with pytest.raises(ValueError, match="64"):
         hub_model.extract_features(torch.full((1, 80), 5, dtype=torch.long))
+
+
+def test_the_usage_pages_hub_example_runs_as_written(hub_checkpoints, spm_data, tmp_path, monkeypatch):
+    """docs/usage.md's python block, in a folder laid out as it says: checkpoints/ and data-bin/corpus."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "usage.md"
+    block = re.search(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S).group(1)
+    data, _ = spm_data
+    (tmp_path / "data-bin").mkdir()
+    (tmp_path / "data-bin" / "corpus").symlink_to(data)
+    (tmp_path / "checkpoints").symlink_to(hub_checkpoints)
+    monkeypatch.chdir(tmp_path)
+    names = {}
+    exec(compile(block, f"{page} (python block)", "exec"), names)
+    assert names["feats"].shape[-1] == 64 and len(names["roberta"].fill_mask("Return the <mask> of items.", topk=3)) == 3

@@ -6,7 +6,7 @@ import re
 import pytest
 import torch
 
-from .cli import COMMON, ROOT, TINY, USER_DIR, pretrain, python, run, valid_loss
+from .cli import COMMON, ROOT, TINY, USER_DIR, page_commands, pretrain, python, run, valid_loss, with_values
 
 
 @pytest.fixture(scope="module")
@@ -40,23 +40,25 @@ def test_other_projections_train(mlm_data, tmp_path, projection):
 
 
 def test_hydra_train_with_shipped_config(mlm_data, tmp_path):
-    """Plain fairseq-hydra-train with the shipped YAML and common.user_dir, then the wrapper with model=<arch>."""
+    """docs/usage.md's hydra commands as written (tiny sizes added): the wrapper, with the shipped YAML and with
+    model=<arch>, and plain fairseq-hydra-train with common.user_dir and model._name."""
     overrides = [f"task.data={mlm_data}", "common.fp16=false", "common.cpu=true", "common.log_format=simple",
                  "task.tokens_per_sample=64", "+model.encoder_layers=2", "+model.encoder_embed_dim=64",
                  "+model.encoder_ffn_embed_dim=128", "+model.encoder_attention_heads=4", "model.max_positions=64",
                  "model.compressed=8", "optimization.max_update=2", "optimization.update_freq=[1]",
                  "dataset.batch_size=8", "dataset.num_workers=0", "common.seed=1"]
-    config_dir = os.path.join(USER_DIR, "config", "pretraining")
-    log = run("fairseq-hydra-train", "--config-dir", config_dir, "--config-name", "linformer_base",
-              f"common.user_dir={USER_DIR}", f"checkpoint.save_dir={tmp_path / 'plain'}", *overrides, cwd=tmp_path)
-    assert "LearnedProjection(learned: n=64 -> k=8)" in log
+    base, large, _ = page_commands("docs/usage.md", "fairseq-linattn-hydra-train")
+    (plain,) = page_commands("docs/usage.md", "fairseq-hydra-train")
+    log = run(*with_values(base, task_data=mlm_data), f"checkpoint.save_dir={tmp_path / 'base'}", *overrides[1:],
+              cwd=tmp_path)
+    assert "LearnedProjection(learned: n=64 -> k=8)" in log and "'_name': 'linformer_roberta_base'" in log
     valid_loss(log)
-    log = run("fairseq-linattn-hydra-train", "--config-name", "pretraining/linformer_base",
-              "model=linformer_roberta_large", f"checkpoint.save_dir={tmp_path / 'wrapped'}", *overrides,
-              "model.shared_layer_kv_compressed=1", cwd=tmp_path)
-    assert "'_name': 'linformer_roberta_large'" in log
-    valid_loss(log)
-    assert (tmp_path / "wrapped" / "checkpoint_last.pt").exists()
+    for name, command in (("large", large), ("plain", plain)):
+        log = run(*with_values(command, task_data=mlm_data), f"checkpoint.save_dir={tmp_path / name}",
+                  *overrides[1:], "model.shared_layer_kv_compressed=1", cwd=tmp_path)
+        assert "'_name': 'linformer_roberta_large'" in log
+        valid_loss(log)
+        assert (tmp_path / name / "checkpoint_last.pt").exists()
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +95,11 @@ def test_sentence_prediction_finetuning(cls_data, pretrained, tmp_path):
 
 
 def test_shipped_glue_config_finetunes(cls_data, pretrained, tmp_path):
-    """The shipped finetuning/rte.yaml (RoBERTa's RTE hyperparameters) through the hydra wrapper."""
-    log = run("fairseq-linattn-hydra-train", "--config-name", "finetuning/rte", f"task.data={cls_data}",
-              f"checkpoint.restore_file={pretrained / 'checkpoint_last.pt'}", f"checkpoint.save_dir={tmp_path}",
+    """The shipped finetuning/rte.yaml (RoBERTa's RTE hyperparameters) through the hydra wrapper, as
+    docs/usage.md shows it."""
+    rte = page_commands("docs/usage.md", "fairseq-linattn-hydra-train")[2]
+    log = run(*with_values(rte, task_data=cls_data, checkpoint_restore_file=pretrained / "checkpoint_last.pt"),
+              f"checkpoint.save_dir={tmp_path}",
               "common.fp16=false", "common.cpu=true", "common.log_format=simple", "task.max_positions=64",
               "model.max_positions=64", "+model.encoder_layers=2", "+model.encoder_embed_dim=64",
               "+model.encoder_ffn_embed_dim=128", "+model.encoder_attention_heads=4", "model.shared_kv_compressed=1",

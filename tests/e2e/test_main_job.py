@@ -1,9 +1,9 @@
-"""The README's first command, in its short form: `scripts/main_job.py --quick` runs every stage through the
+"""The README's first command, in its short form: `bash scripts/run_main_job.sh --quick` (the set-up check, then
+scripts/main_job.py) runs every stage through the
 real command lines (corpus, sentencepiece, fairseq-preprocess, masked-LM pretraining, fairseq-validate,
 finetuning, the LMs at 1,024 tokens, fairseq-eval-lm, RNN sampling) and writes its summary."""
 import json
 import math
-import sys
 from pathlib import Path
 
 from .processes import Background
@@ -13,10 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_main_job_quick_runs_every_stage_and_reports(tmp_path):
     # Background: on a timeout it kills the job and the fairseq command running under it, nothing else
-    job = Background(sys.executable, ROOT / "scripts" / "main_job.py", "--quick", "--work-dir", tmp_path,
+    job = Background("/bin/bash", ROOT / "scripts" / "run_main_job.sh", "--quick", "--work-dir", tmp_path,
                      log=tmp_path / "main_job.log")
     assert job.wait(900) == 0, job.log()[-6000:]
     stdout = job.log()
+    assert "[bootstrap] ready" in stdout  # the script checked the set-up first
     work = tmp_path / "quick"
     summary = json.loads((work / "summary.json").read_text())
 
