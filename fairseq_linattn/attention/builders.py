@@ -17,7 +17,7 @@ from .kernel import KernelAttention
 from .linformer import LinformerAttention
 from .options import KERNEL_ATTENTION, KernelOptions, LinformerOptions, SoftmaxOptions
 from .projections import build_projection
-from .recurrent_state import LINEAR_ATTENTIONS
+from .recurrent_state import linear_attentions
 
 
 @dataclass
@@ -95,7 +95,7 @@ def build_recurrent_state_attention(options: KernelOptions, shape: LayerShape) -
         raise ValueError(f"--linear-attention {name} is a causal (decoder) mechanism and cannot be {where}: it is "
                          f"for linear_transformer_lm; encoders use kernel attention (--linear-attention "
                          f"{KERNEL_ATTENTION})")
-    return LINEAR_ATTENTIONS[name](shape.embed_dim, shape.num_heads, short_conv=int(options.short_conv),
+    return linear_attentions()[name](shape.embed_dim, shape.num_heads, short_conv=int(options.short_conv),
                                    output_gate=bool(int(options.output_gate)), chunk_size=int(options.chunk_size),
                                    **shape.common())
 

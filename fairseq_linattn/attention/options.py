@@ -13,11 +13,10 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Union
 
 from fairseq.utils import safe_getattr
 
-from . import decaying, delta  # noqa: F401  (they register their mechanisms)
 from .feature_maps import FEATURE_MAPS, FavorFeatureMap
 from .kernel import KernelAttention
 from .projections import PROJECTIONS
-from .recurrent_state import LINEAR_ATTENTIONS, RecurrentStateAttention
+from .recurrent_state import RecurrentStateAttention, linear_attentions
 
 
 def option(args: Any, name: str, default=None):
@@ -108,18 +107,43 @@ class MechanismOptions:
         return {}
 
 
-KERNEL_ATTENTION = "elu"  # --linear-attention's name for the kernel attention of .kernel (φ from --feature-map)
-LINEAR_ATTENTION_CHOICES = [KERNEL_ATTENTION, *sorted(LINEAR_ATTENTIONS)]
+KERNEL_ATTENTION = "kernel"  # --linear-attention's name for the kernel attention of .kernel (φ from --feature-map)
+ALIASES = {"elu": KERNEL_ATTENTION}  # its name until 0.1 (elu+1 is the default φ): command lines, old checkpoints
+
+
+class MechanismChoices:
+    """--linear-attention's choices, read from the registry when the command line is parsed (a mechanism
+    registered after this module was imported is a choice too)."""
+
+    def names(self):
+        return [KERNEL_ATTENTION, *ALIASES, *sorted(linear_attentions())]
+
+    def __contains__(self, name):
+        return name in self.names()
+
+    def __iter__(self):
+        return iter(self.names())
+
+    def __repr__(self):
+        return repr(self.names())
+
+
+LINEAR_ATTENTION_CHOICES = MechanismChoices()
+
+
+def _mechanisms_help() -> str:
+    listed = ", ".join(f"{name} ({cls.SUMMARY})" for name, cls in sorted(linear_attentions().items()))
+    return (f"the causal mechanism: {KERNEL_ATTENTION} (kernel attention, φ from --feature-map; alias "
+            f"{', '.join(ALIASES)}), {listed}")
+
 
 KERNEL_FLAGS = {
-    "linear_attention": Flag(KERNEL_ATTENTION, str,
-                             "the causal mechanism: elu (kernel attention, φ from --feature-map), retention (RetNet's "
-                             "fixed decay per head), gla (data-dependent gated decay), delta (DeltaNet's delta rule), "
-                             "gated-delta (Gated DeltaNet)", choices=LINEAR_ATTENTION_CHOICES),
+    "linear_attention": Flag(KERNEL_ATTENTION, str, _mechanisms_help(), choices=LINEAR_ATTENTION_CHOICES),
     "short_conv": Flag(RecurrentStateAttention.DEFAULT_SHORT_CONV, int,
-                       "retention/gla/delta/gated-delta: width of the short causal convolution on q, k, v (0: none)"),
-    "output_gate": Flag(1, int, "retention/gla/delta/gated-delta: 1: out = RMSNorm(o) * SiLU(W_g x); 0: RMSNorm(o)",
-                        choices=[0, 1]),
+                       f"every mechanism but {KERNEL_ATTENTION}: width of the short causal convolution on q, k, v "
+                       "(0: none)"),
+    "output_gate": Flag(1, int, f"every mechanism but {KERNEL_ATTENTION}: 1: out = RMSNorm(o) * SiLU(W_g x); "
+                                "0: RMSNorm(o)", choices=[0, 1]),
     "feature_map": Flag(KernelAttention.DEFAULT_FEATURE_MAP, str,
                         "the kernel feature map φ (elu: elu+1, relu, favor: Performer's FAVOR+)",
                         choices=sorted(FEATURE_MAPS)),
@@ -158,6 +182,7 @@ class KernelOptions(MechanismOptions):
         if self.linear_attention not in LINEAR_ATTENTION_CHOICES:
             raise ValueError(f"--linear-attention {self.linear_attention!r} is unknown: choose one of "
                              f"{LINEAR_ATTENTION_CHOICES}")
+        self.linear_attention = ALIASES.get(self.linear_attention, self.linear_attention)
         if self.linear_attention != KERNEL_ATTENTION and self.feature_map != KernelAttention.DEFAULT_FEATURE_MAP:
             raise ValueError(f"--feature-map {self.feature_map} only applies to --linear-attention "
                              f"{KERNEL_ATTENTION} (kernel attention); {self.linear_attention} has no feature map: "

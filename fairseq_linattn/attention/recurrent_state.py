@@ -1,10 +1,10 @@
-"""Linear attention whose state decays, is gated or is overwritten: the base of RetNet's retention, GLA,
-DeltaNet and Gated DeltaNet (``--linear-attention retention|gla|delta|gated-delta``).
+"""Linear attention whose state decays, is gated or is overwritten: the base of the mechanisms in
+:mod:`.mechanisms` (``--linear-attention <name>``: RetNet's retention, GLA, DeltaNet...).
 
 Unlike the kernel attention of :mod:`.kernel` these have no normaliser: o_t = S_t^T q_t with S_t an M x D
 state per head, updated by the mechanism's rule (:meth:`RecurrentStateAttention.op_inputs` and the ops in
 :mod:`.ops.gated_linear_attn`, :mod:`.ops.delta_rule`). The pieces the papers put around the state are here
-once for all four:
+once for all of them:
 
 * an optional short causal convolution (SiLU) on q, k and v (:mod:`.short_conv`; ``short_conv`` = its width);
 * a per-head RMSNorm of the output (always: without a normaliser the output's scale follows the state's) and
@@ -15,10 +15,11 @@ once for all four:
 * padding is exact: a padded position leaves the state untouched (zero key and value, no decay, no write)
   and contributes nothing to the convolution.
 
-A mechanism subclasses :class:`RecurrentStateAttention` and registers itself with
-``@register_linear_attention(name)``: the name becomes a choice of ``--linear-attention``.
+A mechanism is a module of :mod:`.mechanisms`: a :class:`RecurrentStateAttention` subclass with a one-line
+``SUMMARY`` (for ``--help``), registered with ``@register_linear_attention(name)``: the name becomes a choice of
+``--linear-attention``.
 """
-from typing import Dict, Optional, Tuple
+from typing import Dict, Optional, Tuple, Type
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +30,15 @@ from .kernel import warn_dropout_ignored
 from .registry import make_registry
 from .short_conv import ShortConvolution
 
-LINEAR_ATTENTIONS, register_linear_attention = make_registry("linear attention")
+_REGISTERED, register_linear_attention = make_registry("linear attention")
+
+
+def linear_attentions() -> Dict[str, Type["RecurrentStateAttention"]]:
+    """name -> class of every mechanism: those of the :mod:`.mechanisms` folder (imported here on first use, so
+    that none can be missing) and any registered since."""
+    from . import mechanisms  # noqa: F401
+
+    return _REGISTERED
 
 Extras = Dict[str, Tensor]  # the mechanism's per-step inputs besides q, k, v (log decays, write strengths)
 
@@ -38,6 +47,7 @@ class RecurrentStateAttention(SelfAttention):
     """Causal multi-head attention with a matrix state; subclasses say how q, k, v and the extras are made
     (:meth:`op_inputs`) and which op runs them (:meth:`chunked`, :meth:`step`)."""
 
+    SUMMARY = ""  # what the mechanism is, in a few words: --linear-attention's help lists it
     DEFAULT_SHORT_CONV = 4
     DEFAULT_CHUNK_SIZE = 64
     STATE_KEY, CONV_KEY = "recurrent_state", "conv_cache"

@@ -157,7 +157,7 @@ def saved_model_cfg(path: str):
 def check_same_attention(path: str, model_cfg, how: str):
     """The attention options that no tensor shape shows (feature map, heads, k of a pooling projection) must
     be the checkpoint's: loading its weights under others gives a silently wrong model."""
-    from ..models.checkpoint_fit import identity_differences
+    from ..checkpoints.fit import identity_differences
 
     saved = saved_model_cfg(path)
     differences = identity_differences(saved, model_cfg) if saved is not None else []

@@ -21,8 +21,8 @@ from fairseq.models.transformer import transformer_legacy as fairseq_transformer
 from omegaconf import OmegaConf
 
 from ..attention import KernelOptions, LayerShape, build_attention, option
-from .checkpoint_fit import ChecksCheckpointFit
 from .layers import DecoderLayer, SwappedAttentionDecoder, SwappedAttentionEncoder, wrap_layer
+from .plugin_model import PluginModel
 
 CROSS_ATTENTIONS = ("kernel", "softmax")
 DEFAULT_CROSS_ATTENTION = "kernel"
@@ -67,7 +67,7 @@ class CrossAttendingDecoderLayer(DecoderLayer):
         return attn if attn is not None else super().build_encoder_attention(embed_dim, cfg)
 
 
-class LinearTransformerDecoder(SwappedAttentionDecoder):
+class LinearTransformerTranslationDecoder(SwappedAttentionDecoder):
     """fairseq's TransformerDecoder (with encoder attention) whose self-attention is causal kernel attention."""
 
     options_class = KernelOptions
@@ -88,12 +88,12 @@ class LinearTransformerDecoder(SwappedAttentionDecoder):
 
 
 @register_model("linear_transformer")
-class LinearTransformerModel(ChecksCheckpointFit, TransformerModel):
+class LinearTransformerModel(PluginModel, TransformerModel):
     """fairseq's ``transformer`` (``--task translation``) with kernel attention; see the module doc."""
 
     @classmethod
     def attention_stack(cls):
-        return LinearTransformerDecoder
+        return LinearTransformerTranslationDecoder
 
     @classmethod
     def identity(cls, cfg):
@@ -125,13 +125,8 @@ class LinearTransformerModel(ChecksCheckpointFit, TransformerModel):
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return LinearTransformerDecoder(args, tgt_dict, embed_tokens)
+        return LinearTransformerTranslationDecoder(args, tgt_dict, embed_tokens)
 
-    @classmethod
-    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".",
-                        bpe="sentencepiece", **kwargs):
-        """fairseq's hub loader (``translate()``, ``sample()``), sentencepiece by default (no download)."""
-        return super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, bpe=bpe, **kwargs)
 
 
 def register_translation_archs():

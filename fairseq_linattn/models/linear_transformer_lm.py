@@ -5,16 +5,16 @@ Training runs the chunked causal op (linear time and memory in the length); gene
 an RNN with a constant-size state (S, z) kept in fairseq's ``incremental_state``, so fairseq-generate,
 beam search (``reorder_incremental_state``), fairseq-interactive and the hub's ``sample()`` work unchanged.
 
-``--linear-attention retention|gla|delta|gated-delta`` swaps the kernel attention for a state that decays, is
-gated or is overwritten (:mod:`..attention.recurrent_state`); ``linear_transformer_lm_<mechanism>`` (``-`` as
-``_``) are transformer_lm's base sizes with that mechanism.
+``--linear-attention <mechanism>`` swaps the kernel attention for a state that decays, is gated or is
+overwritten (:mod:`..attention.mechanisms`); ``linear_transformer_lm_<mechanism>`` (``-`` as ``_``) are
+transformer_lm's base sizes with that mechanism.
 """
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer_lm import TransformerLanguageModelConfig, base_lm_architecture
 from fairseq.utils import safe_getattr
 
 from ..attention import KernelOptions
-from ..attention.recurrent_state import LINEAR_ATTENTIONS
+from ..attention.recurrent_state import linear_attentions
 from .layers import SwappedAttentionDecoder
 from .transformer_lm import SwappedAttentionLanguageModel, register_lm_archs
 
@@ -45,5 +45,5 @@ def _register_mechanism_arch(mechanism: str):
         base_lm_architecture(args)
 
 
-for _mechanism in LINEAR_ATTENTIONS:  # linear_transformer_lm_retention, _gla, _delta, _gated_delta
+for _mechanism in linear_attentions():  # linear_transformer_lm_retention, _gla...
     _register_mechanism_arch(_mechanism)

@@ -11,7 +11,7 @@ from fairseq.models.roberta.model import roberta_large_architecture
 from omegaconf import OmegaConf
 
 from ..attention import option
-from .checkpoint_fit import ChecksCheckpointFit
+from .plugin_model import PluginModel
 
 
 class SwappedAttentionRobertaEncoder(RobertaEncoder):
@@ -23,7 +23,7 @@ class SwappedAttentionRobertaEncoder(RobertaEncoder):
         return encoder
 
 
-class SwappedAttentionRobertaModel(ChecksCheckpointFit, RobertaModel):
+class SwappedAttentionRobertaModel(PluginModel, RobertaModel):
     encoder_class = None  # a SwappedAttentionRobertaEncoder subclass
 
     @classmethod
@@ -55,12 +55,6 @@ class SwappedAttentionRobertaModel(ChecksCheckpointFit, RobertaModel):
             OmegaConf.set_struct(args, True)
         return cls(args, encoder)
 
-    @classmethod
-    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".",
-                        bpe="sentencepiece", **kwargs):
-        """fairseq's hub loader; the default tokenizer is sentencepiece (``sentencepiece.bpe.model`` beside the
-        checkpoint is picked up by fairseq, or pass ``sentencepiece_model=``), since GPT-2 BPE needs a download."""
-        return super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, bpe=bpe, **kwargs)
 
 
 def register_roberta_archs(model_name: str, options_class):

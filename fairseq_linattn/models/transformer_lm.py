@@ -22,7 +22,7 @@ from fairseq.models import transformer_lm as fairseq_lm
 from fairseq.models.transformer_lm import DEFAULT_MAX_TARGET_POSITIONS, TransformerLanguageModel
 from fairseq.utils import safe_getattr
 
-from .checkpoint_fit import ChecksCheckpointFit
+from .plugin_model import PluginModel
 
 # transformer_lm's sizes that each of our language models takes over as <model_name>_<size>
 LM_SIZES = ("big", "gpt", "gpt2_tiny", "gpt2_small", "gpt2_medium")
@@ -30,7 +30,7 @@ LM_SIZES = ("big", "gpt", "gpt2_tiny", "gpt2_small", "gpt2_medium")
 UNSUPPORTED_EMBEDDINGS = ("character_embeddings", "adaptive_input")
 
 
-class SwappedAttentionLanguageModel(ChecksCheckpointFit, TransformerLanguageModel):
+class SwappedAttentionLanguageModel(PluginModel, TransformerLanguageModel):
     decoder_class = None  # a .layers.SwappedAttentionDecoder subclass
 
     @classmethod
@@ -50,11 +50,6 @@ class SwappedAttentionLanguageModel(ChecksCheckpointFit, TransformerLanguageMode
         embed_tokens = cls.build_embedding(args, task.source_dictionary, args.decoder_input_dim)
         return cls(cls.decoder_class(args, task.target_dictionary, embed_tokens))
 
-    @classmethod
-    def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".",
-                        bpe="sentencepiece", **kwargs):
-        """fairseq's hub loader (``sample()``, ``score()``), sentencepiece by default (no BPE download)."""
-        return super().from_pretrained(model_name_or_path, checkpoint_file, data_name_or_path, bpe=bpe, **kwargs)
 
 
 def registered_name(cls) -> str:

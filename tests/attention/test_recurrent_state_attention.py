@@ -4,16 +4,16 @@ import pytest
 import torch
 
 from fairseq_linattn.attention import KernelOptions, LayerShape, build_attention
-from fairseq_linattn.attention.recurrent_state import LINEAR_ATTENTIONS, RecurrentStateAttention
+from fairseq_linattn.attention.recurrent_state import RecurrentStateAttention, linear_attentions
 from fairseq_linattn.attention.short_conv import ShortConvolution
 
 C, H = 32, 4
-NAMES = sorted(LINEAR_ATTENTIONS)
+NAMES = sorted(linear_attentions())
 
 
 def make(name, short_conv=4, output_gate=True, dtype=torch.float64):
     torch.manual_seed(0)
-    return LINEAR_ATTENTIONS[name](C, H, short_conv=short_conv, output_gate=output_gate, chunk_size=8).to(dtype).eval()
+    return linear_attentions()[name](C, H, short_conv=short_conv, output_gate=output_gate, chunk_size=8).to(dtype).eval()
 
 
 def decode(attn, x, state, prompt):
@@ -116,7 +116,7 @@ def test_call_contract_errors():
 def test_the_factory_builds_each_mechanism_for_a_decoder_only(name):
     options = KernelOptions(linear_attention=name, short_conv=3, output_gate=0, chunk_size=16).checked()
     attn = build_attention(options, 0, LayerShape(C, H, causal=True))
-    assert type(attn) is LINEAR_ATTENTIONS[name] and attn.chunk_size == 16
+    assert type(attn) is linear_attentions()[name] and attn.chunk_size == 16
     assert attn.conv.kernel_size == 3 and attn.gate_proj is None
     with pytest.raises(ValueError, match="causal .decoder. mechanism.*bidirectional"):
         build_attention(options, 0, LayerShape(C, H, causal=False))
@@ -133,3 +133,20 @@ def test_the_factory_builds_each_mechanism_for_a_decoder_only(name):
 def test_bad_options_are_named(options, message):
     with pytest.raises(ValueError, match=message):
         KernelOptions(**options).checked()
+
+
+def test_elu_is_the_kernel_attentions_old_name_on_the_command_line_and_in_checkpoints():
+    """--linear-attention kernel (φ from --feature-map) was called elu: that name still parses, builds the same
+    module and counts as the same mechanism when a checkpoint that says it is loaded."""
+    from argparse import Namespace
+
+    from fairseq_linattn.attention.kernel import KernelAttention
+    from fairseq_linattn.checkpoints.fit import identity_differences
+
+    old, new = KernelOptions(linear_attention="elu").checked(), KernelOptions().checked()
+    assert old == new and new.linear_attention == "kernel" and "elu" in KernelOptions.FLAGS["linear_attention"].choices
+    assert type(build_attention(old, 0, LayerShape(C, H, causal=True))) is KernelAttention
+    saved = Namespace(arch="linear_transformer_lm", linear_attention="elu", feature_map="elu", decoder_attention_heads=4)
+    assert identity_differences(saved, Namespace(**{**vars(saved), "linear_attention": "kernel"})) == []
+    assert identity_differences(saved, Namespace(**{**vars(saved), "linear_attention": "gla"})) == [
+        "--linear-attention: 'kernel' in the checkpoint, 'gla' here"]

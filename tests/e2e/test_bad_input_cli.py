@@ -50,7 +50,7 @@ BAD_OPTIONS = {
     "favor-redraw": ([*LM, "--feature-map", "favor", "--favor-redraw-interval", "-1"],
                      "--favor-redraw-interval must be >= 0"),
     "feature-map-with-gla": ([*LM, "--linear-attention", "gla", "--feature-map", "relu"],
-                             "--feature-map relu only applies to --linear-attention elu"),
+                             "--feature-map relu only applies to --linear-attention kernel"),
     "short-conv-1": ([*LM, "--linear-attention", "delta", "--short-conv", "1"], "--short-conv is the convolution's width"),
     "heads-linear-roberta": ([*MLM, "--arch", "linear_roberta_base", "--encoder-attention-heads", "5"],
                              "--encoder-attention-heads 5 must divide --encoder-embed-dim 64"),

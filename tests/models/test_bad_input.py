@@ -5,7 +5,7 @@ import torch
 
 from fairseq_linattn.attention import KernelAttention
 from fairseq_linattn.checkpoints import IncompatibleCheckpointError
-from fairseq_linattn.models.checkpoint_fit import explain_misfit, identity_differences
+from fairseq_linattn.checkpoints.fit import explain_misfit, identity_differences
 
 from .builders import SMALL_DECODER, SMALL_ENCODER, FakeTask, build
 

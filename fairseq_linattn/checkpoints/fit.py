@@ -13,9 +13,9 @@ import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+from fairseq.utils import safe_getattr as option
 
-from ..attention.options import option
-from ..checkpoints import IncompatibleCheckpointError
+from .errors import IncompatibleCheckpointError
 
 Shape = Tuple[int, ...]
 

@@ -1,0 +1,35 @@
+"""Gated DeltaNet (Yang et al. 2025): the delta rule of :mod:`.delta` with a data-dependent decay per head,
+g_t = -exp(A) softplus(W_a x_t + dt_bias) (Mamba-2's parameterisation: A in [1, 16], softplus(dt_bias) in
+[0.001, 0.1] at initialisation)."""
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops.linear_attn.utils import compute_dtype
+from ..recurrent_state import register_linear_attention
+from .delta import DeltaNetAttention
+
+
+@register_linear_attention("gated-delta")
+class GatedDeltaNetAttention(DeltaNetAttention):
+    SUMMARY = "Gated DeltaNet: the delta rule with a gated decay"
+    PADDING_NEUTRAL = ("beta", "log_decay")
+    DT_RANGE = (1e-3, 1e-1)
+    A_RANGE = (1.0, 16.0)
+
+    def __init__(self, embed_dim: int, num_heads: int, **options):
+        super().__init__(embed_dim, num_heads, **options)
+        self.decay_proj = nn.Linear(embed_dim, num_heads)
+        low, high = self.A_RANGE
+        self.A_log = nn.Parameter(torch.empty(num_heads).uniform_(low, high).log())
+        dt_low, dt_high = self.DT_RANGE
+        dt = torch.exp(torch.rand(num_heads) * (math.log(dt_high) - math.log(dt_low)) + math.log(dt_low))
+        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
+
+    def gates(self, x):
+        gates = super().gates(x)
+        rate = F.softplus(self.decay_proj(x).to(compute_dtype(x)) + self.dt_bias)  # T x B x H
+        gates["log_decay"] = (-self.A_log.to(compute_dtype(x)).exp() * rate).permute(1, 2, 0)
+        return gates
