@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from fairseq_linattn.bench.fairseq_runs import (
+from linattn_benchmarks.fairseq_runs import (
     USER_DIR,
     fairseq,
     last,
@@ -246,7 +246,7 @@ class MainJob:
             "main-job")
 
     def plot(self):
-        from fairseq_linattn.bench.report import pyplot
+        from linattn_benchmarks.report import pyplot
 
         plt = pyplot()
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))

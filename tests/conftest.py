@@ -9,6 +9,7 @@
 * fairseq commands are forked from a server that has imported torch and fairseq (FAIRSEQ_LINATTN_FORK_COMMANDS).
 """
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ import fairseq_linattn  # noqa: F401  (registers the models, applies the fairseq
 SLOW_FOLDERS = ("e2e", "examples")
 SLOW_FIXTURES = {"lm_databin", "mlm_data", "spm_data"}  # they start fairseq-preprocess: their users are slow
 TESTS = Path(__file__).resolve().parent
+# the benchmarks live outside the package (scripts/linattn_benchmarks): the tests import them as the scripts do
+sys.path.append(str(TESTS.parent / "scripts"))
 THREADS = 1 if os.environ.get("PYTEST_XDIST_WORKER") else torch.get_num_threads()
 # fairseq commands are forked from a server that imported torch and fairseq once, here and in the benchmarks
 # and main job the tests start (fairseq_linattn/cli/forkserver.py); FAIRSEQ_LINATTN_FORK_COMMANDS=0 starts them

@@ -161,5 +161,15 @@ class KernelAttention(SelfAttention):
                 f"shape {tuple(attn_mask.shape)}; causality is built in, other masks are not supported"
             )
 
+    @classmethod
+    def benchmark_op(cls, shape, chunk, randn):
+        """`causal_linear_attention` on elu+1 features (the default feature map's).
+
+        The causal op as training runs it, on random inputs of ``shape`` (B x H x n x D) made the way the layer
+        makes them: ``(op, q, k, extras)``, the tensors that get gradients in the model as leaves (the
+        benchmarks; a mechanism of :mod:`.mechanisms` does the same)."""
+        q, k = ((torch.nn.functional.elu(randn(*shape)) + 1).requires_grad_() for _ in range(2))
+        return (lambda q, k, v: causal_linear_attention(q, k, v, chunk)), q, k, ()
+
     def extra_repr(self):
         return f"causal={self.causal}, chunk_size={self.chunk_size}, eps={self.eps}"

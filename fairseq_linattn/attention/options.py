@@ -301,6 +301,12 @@ class SoftmaxOptions(MechanismOptions):
         return cls()
 
 
+def current_help() -> dict:
+    """{flag: (help as first written, help now)} for the flags whose help lists a registry that may have grown
+    since this module was imported (a mechanism registered by a user's module): --help shows the current one."""
+    return {"linear_attention": (KERNEL_FLAGS["linear_attention"].help, _mechanisms_help())}
+
+
 def identity_option_names() -> set:
     """Every model config key that some mechanism's identity depends on (and the head counts)."""
     names = {"encoder_attention_heads", "decoder_attention_heads"}

@@ -77,6 +77,13 @@ class RecurrentStateAttention(SelfAttention):
     def step(self, q, k, v, extras: Extras, state: Tensor) -> Tuple[Tensor, Tensor]:
         raise NotImplementedError
 
+    @classmethod
+    def benchmark_op(cls, shape, chunk: int, randn):
+        """(op, q, k, extras): the chunked op on random inputs of ``shape`` (B x H x n x D) made the way
+        :meth:`op_inputs` makes them, leaves where the model's get gradients (the benchmarks time op(q, k, v,
+        *extras)); the docstring's first line says how, for the benchmarks' tables."""
+        raise NotImplementedError
+
     # extras that leave the state as it is when 0 (no decay in log space, no write), zeroed at padded positions
     PADDING_NEUTRAL: Tuple[str, ...] = ()
 

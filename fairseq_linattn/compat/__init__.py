@@ -9,8 +9,9 @@ and docs/reliability.md list them.
 * :mod:`.distributed`: CPU workers (spawn, torchrun, DDP), workers that die with their parent, a message
   when one dies, FSDP refused without CUDA.
 * :mod:`.data`: numpy 2's missing ``np.compat``; "every sample was too long" and "0 tokens evaluated" are errors.
+* :mod:`.cli`: ``--help`` lists the options of the arch, task and criterion the command line names.
 """
-from . import checkpoints, data, distributed
+from . import checkpoints, cli, data, distributed
 
 _APPLIED = False
 
@@ -22,4 +23,5 @@ def apply_fairseq_fixes():
     checkpoints.apply()
     distributed.apply()
     data.apply()
+    cli.apply()
     _APPLIED = True

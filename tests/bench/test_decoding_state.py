@@ -1,4 +1,4 @@
-"""The directly-built incremental states of fairseq_linattn/bench/decoding.py are what token-by-token decoding builds.
+"""The directly-built incremental states of scripts/linattn_benchmarks/decoding.py are what token-by-token decoding builds.
 
 bench_decoding.py times one decoder step at position p from a state it builds without decoding p tokens
 (fairseq's KV cache for transformer_lm, the layer's own RNN state for linear_transformer_lm). Here, on small
@@ -7,10 +7,10 @@ directly-built state, must equal those of the token-by-token route (and the full
 """
 import pytest
 import torch
+from linattn_benchmarks import decoding as bd
+from linattn_benchmarks import swaps
 
 from fairseq_linattn.attention import KernelAttention
-from fairseq_linattn.bench import decoding as bd
-from fairseq_linattn.bench import swaps
 from fairseq_linattn.models.standalone import DictionaryTask
 
 SMALL = dict(layers=2, dim=32, heads=4, ffn=64)

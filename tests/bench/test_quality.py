@@ -8,13 +8,14 @@ import subprocess
 import sys
 
 import pytest
-
-from fairseq_linattn.bench.fairseq_runs import (
+from linattn_benchmarks.fairseq_runs import (
     perplexity_by_position,
     positional_log_probs,
     seconds_per_update,
     valid_curve,
 )
+from linattn_benchmarks.quality import GATED_MECHANISMS
+from linattn_benchmarks.runner import ROOT
 
 TRAIN_LOG = """\
 19:54:44 | INFO | train_inner | epoch 001:     10 / 215 loss=8.806, ppl=447.52, ups=0.91, num_updates=10, train_wall=5, wall=63
@@ -50,7 +51,7 @@ def test_perplexity_by_position_places_each_token_in_the_stream():
 def test_quick_run_writes_every_part(tmp_path):
     out, work = tmp_path / "results", tmp_path / "work"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, "-m", "fairseq_linattn.bench.quality", "--quick", "--out", str(out),
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_quality.py"), "--quick", "--out", str(out),
                            "--work-dir", str(work)], capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     markdown = (out / "quality.md").read_text()
@@ -81,9 +82,10 @@ def test_quick_mechanism_study_writes_its_table(tmp_path):
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = (out / "quality_mechanisms.md").read_text()
-    assert "| gated-delta |" in table and "gated-delta, state carried over 256 tokens" in table
+    mechanism = GATED_MECHANISMS[0]  # the one the quick scale runs
+    assert f"| {mechanism} |" in table and f"{mechanism}, state carried over 256 tokens" in table
     assert (out / "quality_mechanisms.png").stat().st_size > 0
     study = json.loads((out / "quality_mechanisms.json").read_text())["study"]
-    assert set(study["lm"]) == {"transformer_lm", "gated-delta"}
+    assert set(study["lm"]) == {"transformer_lm", mechanism}
     assert all(math.isfinite(p) for r in study["extrapolation"].values() for p in r["by_position"])
-    assert "goal: gated-delta:" in proc.stdout + proc.stderr
+    assert f"goal: {mechanism}:" in proc.stdout + proc.stderr

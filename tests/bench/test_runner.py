@@ -3,8 +3,8 @@ baseline, memory measured in a fresh process, and the .md / .json / .png written
 import json
 import time
 
-from fairseq_linattn.bench.measure import peak_memory
-from fairseq_linattn.bench.runner import Benchmark, measured, predicted, run
+from linattn_benchmarks.measure import peak_memory
+from linattn_benchmarks.runner import Benchmark, measured, predicted, run
 
 
 def toy_memory(args, point, case):
@@ -31,7 +31,7 @@ class Toy(Benchmark):
         return f"# toy\n\nfast is {fast['speedup_vs_slow']:.1f}x faster", ["VERDICT toy"]
 
     def plot(self, data):
-        from fairseq_linattn.bench.report import pyplot
+        from linattn_benchmarks.report import pyplot
 
         fig, ax = pyplot().subplots()
         ax.plot([1, 2], [1, 2])

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-
-from fairseq_linattn.bench.translation import detokenised_hypotheses
+from linattn_benchmarks.runner import ROOT
+from linattn_benchmarks.translation import detokenised_hypotheses
 
 from ..data.mo_files import numbered_catalogs
 
@@ -22,7 +22,7 @@ def test_quick_run_writes_the_tables(tmp_path):
     locale = numbered_catalogs(tmp_path / "locale", catalogs=20, per_catalog=40)
     out, work = tmp_path / "results", tmp_path / "work"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, "-m", "fairseq_linattn.bench.translation", "--quick", "--out", str(out),
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_translation.py"), "--quick", "--out", str(out),
                            "--work-dir", str(work), "--locale-dir", str(locale), "--max-wait", "0"],
                           capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]

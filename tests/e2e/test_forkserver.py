@@ -61,7 +61,8 @@ def test_a_timeout_kills_the_command_and_what_it_started(tmp_path):
 def test_the_studies_commands_run_forked_or_for_real(fork, monkeypatch, tmp_path):
     """The benchmarks' and the main job's runner and the data scripts' fairseq-preprocess: forked with
     FAIRSEQ_LINATTN_FORK_COMMANDS=1 (as under this suite), real subprocesses otherwise (their default)."""
-    from fairseq_linattn.bench.fairseq_runs import FairseqError, fairseq
+    from linattn_benchmarks.fairseq_runs import FairseqError, fairseq
+
     from fairseq_linattn.data import run_fairseq_preprocess
 
     monkeypatch.setenv("FAIRSEQ_LINATTN_FORK_COMMANDS", fork)

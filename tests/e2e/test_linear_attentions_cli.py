@@ -1,15 +1,15 @@
-"""--linear-attention retention|gla|delta|gated-delta through the real command lines: fairseq-train,
+"""--linear-attention <mechanism> (each registered one besides kernel attention) through the real command lines: fairseq-train,
 fairseq-eval-lm with a context window, fairseq-generate with beam search (the recurrent step and beam
 reorder), the hub's sample(), and a checkpoint refusing another mechanism."""
 import re
 
 import pytest
 
+from fairseq_linattn.attention.recurrent_state import linear_attentions
+
 from .cli import USER_DIR, run, train_lm, valid_loss
 
-MECHANISMS = ["retention", "gla", "delta", "gated-delta"]
-CLASSES = {"retention": "Retention", "gla": "GatedLinearAttention", "delta": "DeltaNetAttention",
-           "gated-delta": "GatedDeltaNetAttention"}
+MECHANISMS = sorted(linear_attentions())  # every registered mechanism besides kernel attention
 
 
 @pytest.fixture(scope="module", params=MECHANISMS)
@@ -23,7 +23,7 @@ def trained(request, spm_data, tmp_path_factory):
 def test_trains_validates_evaluates_and_generates(spm_data, trained):
     data, _ = spm_data
     name, save, log = trained
-    assert f"{CLASSES[name]}(" in log and "ShortConvolution(" in log and "gate_proj" in log
+    assert f"{linear_attentions()[name].__name__}(" in log and "ShortConvolution(" in log and "gate_proj" in log
     assert 0 < valid_loss(log) < 20
     ppl = {}
     for window in ("0", "32"):

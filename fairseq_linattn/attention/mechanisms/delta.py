@@ -46,3 +46,12 @@ class DeltaNetAttention(RecurrentStateAttention):
 
     def step(self, q, k, v, extras, state):
         return recurrent_delta_rule_step(q, k, v, extras["beta"], state, extras.get("log_decay"))
+
+    @classmethod
+    def benchmark_op(cls, shape, chunk, randn):
+        """`chunk_delta_rule` with L2-normalised q and k (q scaled by head_dim^-0.5) and β = sigmoid(randn)."""
+        batch, heads, n, dim = shape
+        q = (F.normalize(randn(*shape), dim=-1) * dim ** -0.5).requires_grad_()
+        k = F.normalize(randn(*shape), dim=-1).requires_grad_()
+        beta = torch.sigmoid(randn(batch, heads, n)).requires_grad_()
+        return (lambda q, k, v, b: chunk_delta_rule(q, k, v, b, None, chunk)), q, k, (beta,)

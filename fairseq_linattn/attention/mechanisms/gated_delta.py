@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops.delta_rule import chunk_delta_rule
 from ..ops.linear_attn.utils import compute_dtype
 from ..recurrent_state import register_linear_attention
 from .delta import DeltaNetAttention
@@ -33,3 +34,10 @@ class GatedDeltaNetAttention(DeltaNetAttention):
         rate = F.softplus(self.decay_proj(x).to(compute_dtype(x)) + self.dt_bias)  # T x B x H
         gates["log_decay"] = (-self.A_log.to(compute_dtype(x)).exp() * rate).permute(1, 2, 0)
         return gates
+
+    @classmethod
+    def benchmark_op(cls, shape, chunk, randn):
+        """`chunk_delta_rule` as for delta, with a log decay per head and step, -softplus(randn) / 10."""
+        _, q, k, (beta,) = super().benchmark_op(shape, chunk, randn)
+        log_decay = (-F.softplus(randn(*shape[:3])) / 10).requires_grad_()
+        return (lambda q, k, v, b, g: chunk_delta_rule(q, k, v, b, g, chunk)), q, k, (beta, log_decay)

@@ -4,6 +4,7 @@ paper's normaliser does); queries scaled by head_dim^-0.5."""
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops.gated_linear_attn import chunk_gated_linear_attention
 from ..ops.linear_attn.utils import compute_dtype
 from ..recurrent_state import register_linear_attention
 from .decaying_state import DecayingStateAttention
@@ -23,3 +24,10 @@ class GatedLinearAttention(DecayingStateAttention):
     def op_inputs(self, x, q, k, v):
         log_decay = F.logsigmoid(self.split_heads(self.decay_proj(x)).to(compute_dtype(x))) / self.GATE_NORMALISER
         return q * self.scaling, k, v, {"log_decay": log_decay}
+
+    @classmethod
+    def benchmark_op(cls, shape, chunk, randn):
+        """`chunk_gated_linear_attention` with a log decay per key dimension, logsigmoid(randn) / 16."""
+        q, k = (randn(*shape) * shape[-1] ** -0.5).requires_grad_(), randn(*shape).requires_grad_()
+        log_decay = (F.logsigmoid(randn(*shape)) / cls.GATE_NORMALISER).requires_grad_()
+        return (lambda q, k, v, g: chunk_gated_linear_attention(q, k, v, g, chunk)), q, k, (log_decay,)

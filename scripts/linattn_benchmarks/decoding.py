@@ -24,8 +24,9 @@ version counters). Latency: median over repeats, cases interleaved. State memory
 """
 import torch
 
-from ..attention import KernelAttention
-from ..models.standalone import DictionaryTask, build_model
+from fairseq_linattn.attention import KernelAttention
+from fairseq_linattn.models.standalone import DictionaryTask, build_model
+
 from . import swaps
 from .machine import machine_line
 from .report import fmt_bytes, fmt_ms, fmt_x, log_axes, md_table, pyplot, titled

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..cli import forkserver
+from fairseq_linattn.cli import forkserver
 
-USER_DIR = Path(__file__).resolve().parents[1]  # the fairseq_linattn package folder
+USER_DIR = Path(__file__).resolve().parents[2] / "fairseq_linattn"  # the plugin's package folder
 BIN = Path(sys.executable).parent
 
 # the lines of fairseq's output echoed while a command runs (the whole log is kept in a file)
@@ -175,9 +175,9 @@ class CorpusData:
 
 def prepare_corpus(work: Path, max_chars: int, vocab: int, workers: int = 2) -> CorpusData:
     """Corpus -> sentencepiece -> fairseq-preprocess, for the LM tasks and the classification task."""
-    from ..data.glue import custom_task_spec, preprocess_glue
-    from ..data.lm_data import prepare_lm_data
-    from ..data.stdlib_corpus import build_corpus
+    from fairseq_linattn.data.glue import custom_task_spec, preprocess_glue
+    from fairseq_linattn.data.lm_data import prepare_lm_data
+    from fairseq_linattn.data.stdlib_corpus import build_corpus
 
     corpus = Path(work) / "corpus"
     summary = build_corpus(corpus, max_chars=max_chars)

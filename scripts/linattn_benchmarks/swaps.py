@@ -12,8 +12,8 @@ import torch
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from torch import nn
 
-from ..attention import KernelAttention, SelfAttention, SoftmaxAttention
-from ..attention.ops.linear_attn import cumsum_causal_linear_attention
+from fairseq_linattn.attention import KernelAttention, SelfAttention, SoftmaxAttention
+from fairseq_linattn.attention.ops.linear_attn import cumsum_causal_linear_attention
 
 
 def transformer_layers(model: nn.Module) -> List[nn.Module]:

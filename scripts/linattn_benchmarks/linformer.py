@@ -20,7 +20,7 @@ runs of the same n measured side by side.
 
     python scripts/bench_linformer.py --quick          # small, for development
     python scripts/bench_linformer.py                  # the full table (waits for a quiet machine)
-    python -m fairseq_linattn.bench.linformer ...      # the same
+    python scripts/bench_linformer.py ...      # the same
 """
 import copy
 import functools
@@ -30,7 +30,8 @@ import re
 
 import torch
 
-from ..models.standalone import DictionaryTask, build_model
+from fairseq_linattn.models.standalone import DictionaryTask, build_model
+
 from . import swaps
 from .machine import machine_line
 from .measure import peak_memory, profile_call

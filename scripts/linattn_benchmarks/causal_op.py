@@ -18,7 +18,8 @@ numerator plus its ``Q · cumsum(K)`` normaliser.
 import torch
 import torch.nn.functional as F
 
-from ..attention.ops.linear_attn import causal_linear_attention, causal_linear_attention_reference
+from fairseq_linattn.attention.ops.linear_attn import causal_linear_attention, causal_linear_attention_reference
+
 from .machine import machine_line
 from .report import fmt_x, log_axes, md_table, pyplot, titled
 from .runner import Benchmark, entry_point, measured, parse_ints

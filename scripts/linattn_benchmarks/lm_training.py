@@ -25,7 +25,8 @@ import torch
 from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 from fairseq.optim.adam import Adam
 
-from ..models.standalone import DictionaryTask, build_model
+from fairseq_linattn.models.standalone import DictionaryTask, build_model
+
 from . import swaps
 from .machine import machine_line, mem_info
 from .measure import peak_memory, profile_call

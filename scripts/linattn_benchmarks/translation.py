@@ -24,8 +24,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-from ..data.catalogs import LOCALE_DIRS
-from ..data.translation_data import prepare_translation_data
+from fairseq_linattn.data.catalogs import LOCALE_DIRS
+from fairseq_linattn.data.translation_data import prepare_translation_data
+
 from .fairseq_runs import BIN, USER_DIR, fairseq, parameter_count, say, seconds_per_update, train_seconds, valid_curve
 from .machine import machine_line
 from .report import curve_axes, log_axes, md_table, pyplot, titled

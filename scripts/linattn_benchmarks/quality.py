@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
+from fairseq_linattn.attention.recurrent_state import linear_attentions
+
 from .fairseq_runs import (
     USER_DIR,
     CorpusData,
@@ -74,8 +76,9 @@ LM_MODELS = {
 }
 SOFTMAX_LM, LINEAR_LM = "transformer_lm", "linear elu+1"
 # --linear-attention's mechanisms with a decaying / gated / overwritten state (Issue: "linear attention that matches
-# softmax"); each has an output gate (W_g: d x d per layer), paid for by an FFN d/2 narrower (equal parameters)
-GATED_MECHANISMS = ("retention", "gla", "delta", "gated-delta")
+# softmax"), every registered one; each has an output gate (W_g: d x d per layer), paid for by an FFN d/2 narrower
+# (equal parameters)
+GATED_MECHANISMS = tuple(sorted(linear_attentions()))
 LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", name]) for name in GATED_MECHANISMS})
 MECHANISM_MODELS = (SOFTMAX_LM, LINEAR_LM, *GATED_MECHANISMS)
 
@@ -116,7 +119,8 @@ SCALES = {
     "quick": Scale(corpus_chars=200_000, vocab=500, n=64, tokens_per_batch=512, layers=1, dim=32, heads=2,
                    mlm_updates=8, lm_updates=8, finetune_updates=4, validations=2, lengths=(64, 128), fixed_k=16,
                    mlm_models=("roberta", "linformer k=n/4"), lm_models=(SOFTMAX_LM, LINEAR_LM),
-                   mechanism_models=(SOFTMAX_LM, "gated-delta")),
+                   # one mechanism runs the study's code paths (tests/e2e trains every one)
+                   mechanism_models=(SOFTMAX_LM, GATED_MECHANISMS[0])),
     "default": Scale(corpus_chars=8_000_000, vocab=1000, n=256, tokens_per_batch=4096, layers=2, dim=128, heads=4,
                      mlm_updates=500, lm_updates=400, finetune_updates=250, validations=5, lengths=(256, 512, 1024),
                      fixed_k=64),
@@ -318,7 +322,7 @@ class QualityBenchmark(Study):
 
 
 class MechanismQualityBenchmark(QualityBenchmark):
-    """``--linear-attention`` retention, gla, delta, gated-delta beside transformer_lm and elu+1: the causal-LM and
+    """``--linear-attention``'s registered mechanisms beside transformer_lm and elu+1: the causal-LM and
     extrapolation parts of the quality study for them (results/quality_mechanisms.*)."""
 
     name = "quality_mechanisms"

@@ -1,5 +1,5 @@
 """The benchmarks, on one runner (:mod:`.runner`): each module declares its cases, lengths and ratios, and
-``python scripts/bench_<name>.py`` (or ``python -m fairseq_linattn.bench.<name>``) runs it side by side and
+``python scripts/bench_<name>.py`` runs it side by side and
 writes ``results/<name>.md``, ``.json`` and ``.png``.
 
 * :mod:`.causal_op`: the causal linear-attention op against its reference, SDPA and fast-transformers;

@@ -1,5 +1,6 @@
-"""Speed of the causal mechanisms of ``--linear-attention`` (elu, retention, gla, delta, gated-delta) on this CPU:
-each op's forward + backward, and the whole training step of ``linear_transformer_lm`` with it.
+"""Speed of the causal mechanisms of ``--linear-attention`` (every registered one, kernel attention the
+baseline) on this CPU: each op's forward + backward, and the whole training step of ``linear_transformer_lm``
+with it.
 
     python scripts/bench_mechanisms.py                      # n = 1K, 2K, 4K, 2 threads, results/ (md + json + png)
     python scripts/bench_mechanisms.py --quick              # n = 256, 512, few repeats (development, tests)
@@ -9,42 +10,37 @@ Two parts, at every n of ``--lengths``:
 
 * ``op``: forward + backward of each mechanism's chunked op (chunk 64), batch 1, 8 heads, head dim 64, fp32,
   on inputs made the way the model makes them (the feature map, normalisation and gates are computed outside
-  the timed call, as :mod:`.causal_op` does: they are leaves that get gradients, except retention's constant
-  decay, a buffer in the model):
-
-  - ``elu``: :func:`causal_linear_attention` on elu+1 features (the kernel attention's op);
-  - ``retention``: :func:`chunk_gated_linear_attention` with one constant log decay per head, log(1 - 2^(-5-h))
-    (RetNet's), expanded to ``... x T x 1`` as the model does;
-  - ``gla``: the same op with a log decay per key dimension, logsigmoid(randn) / 16 (``... x T x 64``);
-  - ``delta``: :func:`chunk_delta_rule` with L2-normalised q and k (q scaled by 64^-0.5) and β = sigmoid(randn);
-  - ``gated-delta``: the same with a log decay per head and step, -softplus(randn) / 10.
+  the timed call, as :mod:`.causal_op` does: they are leaves that get gradients, except constants the model
+  keeps as buffers). Each mechanism says how, in its ``benchmark_op`` (``KernelAttention.benchmark_op`` and
+  the modules of ``fairseq_linattn/attention/mechanisms/``); the table's note lists them.
 
 * ``step``: one training step (fairseq ``cross_entropy`` forward + backward + fairseq Adam, fp32, batch 1,
   n tokens) of ``linear_transformer_lm --linear-attention <mechanism>`` (each with its defaults: short
-  convolution 4 and the output gate for all but elu), and of fairseq's ``transformer_lm`` for reference; the
-  sizes of :mod:`.lm_training` (2 layers, d=512, 8 heads, FFN 2048). The mechanisms other than elu have more
+  convolution 4 and the output gate for all but kernel attention), and of fairseq's ``transformer_lm`` for
+  reference; the sizes of :mod:`.lm_training` (2 layers, d=512, 8 heads, FFN 2048). The others have more
   parameters (the output gate, the convolution, their gates): the table counts them.
 
 Times: the cases of a part and n interleaved, repeat by repeat, in one process (the ratios compare runs made
 under the same conditions); the table shows the median (ratios are of medians), the JSON every repeat.
 Memory: each case again in a fresh process, the peak resident memory added by one forward + backward (op) or
 one training step after building model and optimizer (step), as in :mod:`.causal_op`. The verdict per mechanism,
-at the largest n: op and step both within ``--within`` (2x) of elu's, or not.
+at the largest n: op and step both within ``--within`` (2x) of kernel attention's, or not.
 """
 import torch
-import torch.nn.functional as F
 
-from ..attention.ops.delta_rule import chunk_delta_rule
-from ..attention.ops.gated_linear_attn import chunk_gated_linear_attention
-from ..attention.ops.linear_attn import causal_linear_attention
+from fairseq_linattn.attention.kernel import KernelAttention
+from fairseq_linattn.attention.options import KERNEL_ATTENTION
+from fairseq_linattn.attention.recurrent_state import linear_attentions
+
 from .causal_op import forward_backward, rss_added
 from .lm_training import Trainer, build_case, config, make_sample
 from .machine import machine_line
 from .report import fmt_mb, fmt_ms, fmt_x, log_axes, md_table, pyplot, titled
 from .runner import Benchmark, entry_point, measured, parse_ints
 
-BASELINE = "elu"
-MECHANISMS = ["elu", "retention", "gla", "delta", "gated-delta"]
+BASELINE = KERNEL_ATTENTION
+CLASSES = {KERNEL_ATTENTION: KernelAttention, **linear_attentions()}  # the registry: nothing to list here
+MECHANISMS = list(CLASSES)
 REFERENCE = "transformer_lm"  # the step part only
 PARTS = ["op", "step"]
 
@@ -52,38 +48,21 @@ PARTS = ["op", "step"]
 # ------------------------------------------------------------------------------------------------ op part
 def op_inputs(mechanism, n, args, seed=0):
     """(op, q, k, v, grad, *extras): the op of ``mechanism`` and its leaf inputs, B x H x n x D (extras: the log
-    decays and write strengths that get gradients in the model)."""
+    decays and write strengths that get gradients in the model), made by the mechanism's ``benchmark_op``."""
     g = torch.Generator().manual_seed(seed)
-    batch, heads, dim, chunk = args["batch"], args["heads"], args["head_dim"], args["chunk_size"]
-    shape = (batch, heads, n, dim)
+    shape = (args["batch"], args["heads"], n, args["head_dim"])
 
     def randn(*size):
         return torch.randn(size, generator=g)
 
-    def leaf(x):
-        return x.requires_grad_()
+    v, grad = randn(*shape).requires_grad_(), randn(*shape)
+    op, q, k, extras = CLASSES[mechanism].benchmark_op(shape, args["chunk_size"], randn)
+    return op, q, k, v, grad, *extras
 
-    v, grad = leaf(randn(*shape)), randn(*shape)
-    if mechanism == "elu":
-        q, k = leaf(F.elu(randn(*shape)) + 1), leaf(F.elu(randn(*shape)) + 1)
-        return (lambda q, k, v: causal_linear_attention(q, k, v, chunk)), q, k, v, grad
-    if mechanism in ("retention", "gla"):
-        q, k = leaf(randn(*shape) * dim ** -0.5), leaf(randn(*shape))
-        if mechanism == "retention":  # a constant per head, not a leaf (a buffer in the model)
-            per_head = torch.log1p(-(2.0 ** (-5.0 - torch.arange(heads, dtype=torch.float64)))).float()
-            log_decay = per_head.view(1, heads, 1, 1).expand(batch, heads, n, 1)
-            return (lambda q, k, v: chunk_gated_linear_attention(q, k, v, log_decay, chunk)), q, k, v, grad
-        log_decay = leaf(F.logsigmoid(randn(*shape)) / 16)
-        return (lambda q, k, v, g: chunk_gated_linear_attention(q, k, v, g, chunk)), q, k, v, grad, log_decay
-    if mechanism in ("delta", "gated-delta"):
-        q = leaf(F.normalize(randn(*shape), dim=-1) * dim ** -0.5)
-        k = leaf(F.normalize(randn(*shape), dim=-1))
-        beta = leaf(torch.sigmoid(randn(batch, heads, n)))
-        if mechanism == "delta":
-            return (lambda q, k, v, b: chunk_delta_rule(q, k, v, b, None, chunk)), q, k, v, grad, beta
-        log_decay = leaf(-F.softplus(randn(batch, heads, n)) / 10)
-        return (lambda q, k, v, b, g: chunk_delta_rule(q, k, v, b, g, chunk)), q, k, v, grad, beta, log_decay
-    raise ValueError(mechanism)
+
+def how_made(mechanism) -> str:
+    """The first line of the mechanism's ``benchmark_op`` docstring: what its op runs on."""
+    return CLASSES[mechanism].benchmark_op.__doc__.strip().splitlines()[0].rstrip(".")
 
 
 def op_call(mechanism, n, args):
@@ -121,14 +100,14 @@ class MechanismsBenchmark(Benchmark):
     name = "bench_mechanisms"
     quick = dict(lengths="256,512", repeats=3, budget=1.0)
     timing_defaults = dict(warmup=1, repeats=10, budget=10.0)
-    baselines = {"speedup_vs_elu": BASELINE}
+    baselines = {f"speedup_vs_{BASELINE}": BASELINE}
     memory_worker = staticmethod(memory_worker)
 
     def add_args(self, parser):
         parser.add_argument("--lengths", default="1024,2048,4096")
         parser.add_argument("--parts", default=",".join(PARTS), help="op,step or one of them")
         parser.add_argument("--within", type=float, default=2.0,
-                            help="verdict: a mechanism's op and step time at most this multiple of elu's")
+                            help="verdict: a mechanism's op and step time at most this multiple of kernel attention's")
         group = parser.add_argument_group("op part")
         group.add_argument("--batch", type=int, default=1)
         group.add_argument("--heads", type=int, default=8)
@@ -171,8 +150,8 @@ class MechanismsBenchmark(Benchmark):
 
 
 def slowdown(row):
-    """A case's median time / elu's at the same part and n (None without both)."""
-    speedup = (row or {}).get("speedup_vs_elu")
+    """A case's median time / the baseline's at the same part and n (None without both)."""
+    speedup = (row or {}).get(f"speedup_vs_{BASELINE}")
     return None if not speedup else 1.0 / speedup
 
 
@@ -180,18 +159,17 @@ def render(data):
     results, args = data["results"], data["args"]
     lengths = sorted({r["n"] for r in results})
     lines = [
-        "### Causal mechanisms on CPU: op forward + backward and the LM training step, against elu+1", "",
+        "### Causal mechanisms on CPU: op forward + backward and the LM training step, against kernel attention",
+        "",
         f"{machine_line(data['machine'], data['load_start'], data['load_end'])}.", "",
         f"Op: forward + backward of each chunked op (chunk {args['chunk_size']}), batch {args['batch']}, "
         f"{args['heads']} heads, head dim {args['head_dim']}, fp32, inputs made as in the model outside the timed "
-        "call (elu: `causal_linear_attention` on elu+1 features; retention: `chunk_gated_linear_attention`, a "
-        "constant log decay per head; gla: the same, a log decay per key dimension; delta: `chunk_delta_rule`, "
-        "L2-normalised q, k; gated-delta: the same with a log decay per head). Step: `linear_transformer_lm "
-        f"--linear-attention <mechanism>` (defaults: short convolution 4, output gate, for all but elu) and "
-        f"fairseq's transformer_lm, {args['layers']} layers, d={args['dim']}, {args['heads']} heads, FFN "
-        f"{args['ffn']}, batch 1; one step = fairseq `cross_entropy` forward + backward + Adam, fp32. Time: median "
-        "of interleaved repeats (runs: how many); x elu: median / elu's median at the same n; memory: peak RSS "
-        "added in a fresh process (Δ).", "",
+        "call (" + "; ".join(f"{name}: {how_made(name)}" for name in MECHANISMS) + "). Step: "
+        f"`linear_transformer_lm --linear-attention <mechanism>` (defaults: short convolution 4, output gate, for "
+        f"all but {BASELINE}) and fairseq's transformer_lm, {args['layers']} layers, d={args['dim']}, "
+        f"{args['heads']} heads, FFN {args['ffn']}, batch 1; one step = fairseq `cross_entropy` forward + backward "
+        f"+ Adam, fp32. Time: median of interleaved repeats (runs: how many); x {BASELINE}: median / {BASELINE}'s "
+        "median at the same n; memory: peak RSS added in a fresh process (Δ).", "",
     ]
     params = data.get("parameters") or {}
     rows = []
@@ -207,15 +185,15 @@ def render(data):
                     fmt_mb(r["memory"].get("delta_mb")) if "error" not in r["memory"] else r["memory"]["error"][:40]]
             cells.append(f"{params[case] / 1e6:.2f} M" if case in params else "–")
             rows.append(cells)
-    lines.append(md_table(["n", "mechanism", "op fwd+bwd", "runs", "op x elu", "op peak Δ",
-                           "train step", "runs", "step x elu", "step peak Δ", "parameters"], rows))
+    lines.append(md_table(["n", "mechanism", "op fwd+bwd", "runs", f"op x {BASELINE}", "op peak Δ",
+                           "train step", "runs", f"step x {BASELINE}", "step peak Δ", "parameters"], rows))
     verdicts = verdict_lines(results, args["within"])
     lines += ["", *[f"- {v}" for v in verdicts]]
     return "\n".join(lines), verdicts
 
 
 def verdict_lines(results, within):
-    """Per mechanism at the largest n measured: its op and step time against elu's."""
+    """Per mechanism at the largest n measured: its op and step time against the baseline's."""
     if not results:
         return ["no results"]
     n = max(r["n"] for r in results)
@@ -227,10 +205,10 @@ def verdict_lines(results, within):
             lines.append(f"n={n}: {mechanism}: not measured")
             continue
         worst = max(measured_ratios.values())
-        text = ", ".join(f"{'op' if part == 'op' else 'training step'} {fmt_x(x)} elu's time"
+        text = ", ".join(f"{'op' if part == 'op' else 'training step'} {fmt_x(x)} {BASELINE}'s time"
                          for part, x in measured_ratios.items())
         missing = [part for part in PARTS if part not in measured_ratios]
-        verdict = f"within {within:g}x of elu" if worst <= within else f"NOT within {within:g}x of elu"
+        verdict = f"within {within:g}x of {BASELINE}" if worst <= within else f"NOT within {within:g}x of {BASELINE}"
         lines.append(f"n={n}: {mechanism}: {text}: {verdict}"
                      + (f" ({' and '.join(missing)} not measured)" if missing else ""))
     return lines
