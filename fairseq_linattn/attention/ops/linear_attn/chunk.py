@@ -18,11 +18,9 @@ from .utils import State, check_shapes, check_state, compute_dtype, decay_weight
 # The chunked op works block by block, a block being about ROWS_PER_BLOCK_PER_THREAD query positions per
 # thread (several short sequences, or a run of chunks of a long one): a block's per-chunk states and masked
 # products stay in cache between the products that use them, and each batched product splits its block among
-# the threads. Forward + backward on a 2-core EPYC (2 MiB L2 per core), 8 heads of 64, n = 1K / 4K / 16K, with
-# 256 / 512 / 1024 / 2048 rows per thread: 2 threads 9.3 / 8.0 / 7.4 / 7.3 ms, 35 / 31 / 29.5 / 32 ms,
-# 200 / 178 / 174 / 178 ms; 1 thread (512 and up) 13.9 / 13.2 / 13.1, 53 / 51 / 52, 292 / 282 / 281 ms.
-# Smaller blocks pay more in per-call overhead, larger ones spill out of L2. (Measured before blocks were
-# gathered from the inputs' own layout; the gathered buffers are block-sized, so the trade-off is the same.)
+# the threads. Smaller blocks pay more in per-call overhead, larger ones spill out of L2 (2 MiB per core on the
+# developers' machine): 512 to 2048 rows per thread were within 10% of each other there, 256 slower;
+# scripts/bench_causal_op.py measures the op as it is.
 ROWS_PER_BLOCK_PER_THREAD = 1024
 
 
