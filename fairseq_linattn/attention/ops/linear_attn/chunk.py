@@ -19,8 +19,8 @@ from .utils import State, check_shapes, check_state, compute_dtype, decay_weight
 # thread (several short sequences, or a run of chunks of a long one): a block's per-chunk states and masked
 # products stay in cache between the products that use them, and each batched product splits its block among
 # the threads. Smaller blocks pay more in per-call overhead, larger ones spill out of L2 (2 MiB per core on the
-# developers' machine): 512 to 2048 rows per thread were within 10% of each other there, 256 slower;
-# scripts/bench_causal_op.py measures the op as it is.
+# developers' machine). 1024 was chosen when an earlier version of this op was timed with 256 to 2048 rows per
+# thread (512 and up within 10% of each other, 256 slower); scripts/bench_causal_op.py times the op as it is.
 ROWS_PER_BLOCK_PER_THREAD = 1024
 
 
