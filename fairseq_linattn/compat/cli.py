@@ -1,4 +1,5 @@
-"""``--help`` lists the options of the model, task and criterion the command line names.
+"""Command lines read as a user expects: ``--help`` lists the options of the model, task and criterion the
+command line names, and mistakes that fairseq finds late are one-line errors when the command line is parsed.
 
 fairseq parses a command line twice: first to learn ``--arch``, ``--task``..., then again after adding their
 options. ``-h`` ends the first parse, so fairseq's help never shows a model's options (``fairseq-train --arch
@@ -6,6 +7,11 @@ transformer_lm --help`` lists no ``--decoder-layers``; ours, no ``--linear-atten
 the second parse: the parser gets every option the named arch, task, criterion and optimizer add, and then
 prints its help. (The plugin is imported from ``--user-dir`` while fairseq builds the parser, before
 ``parse_args_and_arch`` runs: the patch is in place for that call.)
+
+After the parse, :func:`command_line_problem` looks for what would otherwise fail later with a traceback: our
+models' attention options (checked when the model is built, after data loading), ``--beam 0`` (fails in the
+middle of generation) and ``fairseq-eval-lm --context-window`` not below ``--tokens-per-sample`` (a bare
+ValueError). Each is argparse's ``<command>: error: <message>`` and exit status 2.
 """
 import argparse
 import sys
@@ -35,7 +41,11 @@ def apply():
         argv = sys.argv[1:] if input_args is None else input_args
         helps = [a for a in parser._actions if isinstance(a, argparse._HelpAction)]
         if not helps or not any(arg in HELP for arg in argv):
-            return original(parser, input_args, parse_known, suppress_defaults, modify_parser)
+            parsed = original(parser, input_args, parse_known, suppress_defaults, modify_parser)
+            problem = command_line_problem(parsed[0] if parse_known else parsed)
+            if problem:
+                parser.error(problem)
+            return parsed
         for action in helps:
             action.__class__ = _HelpLater
         try:
@@ -60,3 +70,36 @@ def refresh_help(parser):
         if action.dest in texts and action.help:
             written, now = texts[action.dest]
             action.help = action.help.replace(written, now)
+
+
+def command_line_problem(args):
+    """What is wrong with a parsed command line that fairseq would only find later, or None."""
+    beam = getattr(args, "beam", None)
+    if beam is not None and beam < 1:
+        return f"--beam is the number of hypotheses kept per sentence and must be at least 1, got {beam}"
+    window, sample = getattr(args, "context_window", 0) or 0, getattr(args, "tokens_per_sample", None)
+    if window > 0 and sample is not None and window >= sample:
+        return (f"--context-window {window} must be smaller than --tokens-per-sample {sample}: each window scores "
+                f"{sample} - {window} new tokens after {window} tokens of context (e.g. --context-window "
+                f"{sample // 2})")
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    from ..attention.options import check_heads
+    from ..models.plugin_model import PluginModel
+
+    model = ARCH_MODEL_REGISTRY.get(getattr(args, "arch", None))
+    if isinstance(model, type) and issubclass(model, PluginModel):
+        probe = argparse.Namespace(**vars(args))
+        if getattr(probe, "max_positions", None) is None:  # as RoBERTa's build_model: the task's sample length
+            probe.max_positions = getattr(probe, "tokens_per_sample", None)
+        stack = model.attention_stack()
+        try:
+            stack.options_class.from_args(probe)
+            width, heads = (getattr(probe, f"{stack.side}_{name}", None) for name in ("embed_dim", "attention_heads"))
+            if width is not None and heads is not None:
+                check_heads(int(width), int(heads), stack.side)
+        except ValueError as error:
+            return str(error)
+        except (TypeError, KeyError):  # a value only the model's build knows: it checks them there
+            pass
+    return None

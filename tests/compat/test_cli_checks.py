@@ -1,0 +1,49 @@
+"""Mistakes fairseq finds late (after loading data, in the middle of generation) are one-line argparse errors
+when the command line is parsed: our models' attention options, --beam 0, a context window as long as a
+sample."""
+import sys
+
+import pytest
+from fairseq import options
+
+
+def parse_error(monkeypatch, capsys, make_parser, *argv):
+    monkeypatch.setattr(sys, "argv", list(argv))
+    with pytest.raises(SystemExit) as stop:
+        options.parse_args_and_arch(make_parser())
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("arch,flags,message", [
+    ("linear_transformer_lm", ["--linear-attention", "mamba"], "--linear-attention 'mamba' is unknown: choose one of"),
+    ("linear_transformer_lm", ["--linear-attention", "gla", "--feature-map", "relu"],
+     "--feature-map relu only applies to --linear-attention kernel"),
+    ("linformer_roberta_base", ["--compressed", "0"], "--compressed is n/k and must be in [1, --max-positions"),
+    ("linear_roberta_base", ["--encoder-attention-heads", "5"], "--encoder-attention-heads 5 must divide"),
+])
+def test_our_attention_options_are_checked_when_the_command_line_is_parsed(monkeypatch, capsys, tmp_path, arch,
+                                                                          flags, message):
+    task = ["--task", "language_modeling"] if "lm" in arch else ["--task", "masked_lm"]
+    line = parse_error(monkeypatch, capsys, options.get_training_parser, "fairseq-train", str(tmp_path), *task,
+                       "--arch", arch, *flags)
+    assert line.startswith("fairseq-train: error: ") and message in line, line
+
+
+def test_beam_0_and_a_context_window_as_long_as_a_sample(monkeypatch, capsys, tmp_path):
+    line = parse_error(monkeypatch, capsys, options.get_generation_parser, "fairseq-generate", str(tmp_path),
+                       "--path", "m.pt", "--beam", "0")
+    assert line == ("fairseq-generate: error: --beam is the number of hypotheses kept per sentence and must be "
+                    "at least 1, got 0")
+    line = parse_error(monkeypatch, capsys, options.get_eval_lm_parser, "fairseq-eval-lm", str(tmp_path), "--path",
+                       "m.pt", "--tokens-per-sample", "64", "--context-window", "64")
+    assert line.startswith("fairseq-eval-lm: error: --context-window 64 must be smaller than --tokens-per-sample 64")
+
+
+def test_good_command_lines_parse_as_before(monkeypatch, tmp_path):
+    monkeypatch.setattr(sys, "argv", ["fairseq-eval-lm", str(tmp_path), "--path", "m.pt", "--tokens-per-sample",
+                                      "64", "--context-window", "32"])
+    args = options.parse_args_and_arch(options.get_eval_lm_parser())
+    assert args.context_window == 32 and args.tokens_per_sample == 64
