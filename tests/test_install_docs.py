@@ -3,6 +3,8 @@ run bootstrap.sh on every call): the same packages and pins, in the same order, 
 import re
 from pathlib import Path
 
+from tests.pages import code_blocks
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -18,7 +20,7 @@ def pip_installs(lines):
 
 def test_the_readmes_install_block_is_what_bootstrap_runs():
     readme = (ROOT / "README.md").read_text(encoding="utf-8").split("## Install by hand", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", readme, flags=re.S).group(1).splitlines()
+    block = code_blocks(readme, "bash")[0].splitlines()
     bootstrap = (ROOT / "scripts" / "bootstrap.sh").read_text(encoding="utf-8").splitlines()
     by_hand, scripted = pip_installs(block), pip_installs(bootstrap)
     assert by_hand and block[0].startswith("python3.11 -m venv .venv") and 'py="${PYTHON:-python3.11}"' in bootstrap

@@ -72,7 +72,8 @@ def serve(path: str):
     try:
         while True:
             clients = [c for c in running.values() if c is not None]
-            readable, _, _ = select.select([listener, sys.stdin, *clients], [], [], 0.05)
+            # a child's exit is noticed by polling while commands run; idle, the server sleeps until a request
+            readable, _, _ = select.select([listener, sys.stdin, *clients], [], [], 0.05 if running else None)
             if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1):
                 return  # the process that started the server is gone
             if listener in readable:
@@ -196,8 +197,17 @@ def _main(request):
         exec(compile(request["code"], "<string>", "exec"), {"__name__": "__main__"})
     elif kind == "module":  # python -m MODULE args...
         sys.path.insert(0, os.getcwd())
+        import importlib.util
+
+        if importlib.util.find_spec(sys.argv[0]) is None:  # the interpreter's one line, not runpy's traceback
+            print(f"{sys.executable}: No module named {sys.argv[0]}", file=sys.stderr)
+            return 1
         runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
     else:
+        if not os.path.exists(sys.argv[0]):
+            print(f"{sys.executable}: can't open file {os.path.abspath(sys.argv[0])!r}: [Errno 2] No such file or "
+                  "directory", file=sys.stderr)
+            return 2
         if kind == "script":
             sys.path.insert(0, os.path.dirname(os.path.abspath(sys.argv[0])))
         runpy.run_path(sys.argv[0], run_name="__main__")

@@ -88,7 +88,7 @@ def command_line_problem(args):
     from ..models.plugin_model import PluginModel
 
     model = ARCH_MODEL_REGISTRY.get(getattr(args, "arch", None))
-    if isinstance(model, type) and issubclass(model, PluginModel):
+    if model is not None and issubclass(model, PluginModel):
         probe = argparse.Namespace(**vars(args))
         if getattr(probe, "max_positions", None) is None:  # as RoBERTa's build_model: the task's sample length
             probe.max_positions = getattr(probe, "tokens_per_sample", None)

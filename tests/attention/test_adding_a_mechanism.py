@@ -1,16 +1,15 @@
 """docs/adding_a_mechanism.md's toy mechanism, defined by the page's code block alone (run as written here): it is
 a choice of --linear-attention listed by --help, decodes token by token (and after a prompt) as its full pass,
 and gives the benchmarks its op; tests/e2e/test_adding_a_mechanism_cli.py trains it through fairseq-train."""
-import re
-import sys
 from pathlib import Path
 
 import pytest
 import torch
-from fairseq import options
 
 from fairseq_linattn.attention import KernelOptions, LayerShape, build_attention
 from fairseq_linattn.attention.recurrent_state import linear_attentions
+from tests.compat.test_cli_help import help_of
+from tests.pages import code_blocks
 
 from .test_recurrent_state_attention import decode
 
@@ -19,7 +18,7 @@ PAGE = Path(__file__).resolve().parents[2] / "docs" / "adding_a_mechanism.md"
 
 @pytest.fixture(scope="module")
 def forgetful():
-    block = re.search(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), flags=re.S).group(1)
+    block = code_blocks(PAGE.read_text(encoding="utf-8"), "python")[0]
     names = {"__name__": "forgetful"}
     exec(compile(block, f"{PAGE} (python block)", "exec"), names)
     yield names["ForgetfulAttention"]
@@ -44,8 +43,5 @@ def test_the_toy_gives_the_benchmarks_its_op(forgetful):
 
 
 def test_the_toy_is_listed_by_help(forgetful, monkeypatch, capsys):
-    monkeypatch.setattr(sys, "argv", ["fairseq-train", "--task", "language_modeling", "--arch",
-                                      "linear_transformer_lm", "--help"])
-    with pytest.raises(SystemExit):
-        options.parse_args_and_arch(options.get_training_parser())
-    assert "forgetful (a toy: one fixed decay, 0.9, for every head)" in " ".join(capsys.readouterr().out.split())
+    text = help_of(monkeypatch, capsys, "--task", "language_modeling", "--arch", "linear_transformer_lm", "--help")
+    assert "forgetful (a toy: one fixed decay, 0.9, for every head)" in " ".join(text.split())

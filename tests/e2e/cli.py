@@ -144,8 +144,9 @@ def page_commands(page: str, program: str):
     root), as argument lists (continuation lines joined, comments dropped): what a test runs as written."""
     import shlex
 
-    text = open(os.path.join(ROOT, page), encoding="utf-8").read()
-    lines = "\n".join(re.findall(r"```bash\n(.*?)```", text, flags=re.S)).replace("\\\n", " ").splitlines()
+    from tests.pages import page_blocks
+
+    lines = "\n".join(page_blocks(page, "bash")).replace("\\\n", " ").splitlines()
     found = [shlex.split(line, comments=True) for line in lines if line.split(" ", 1)[0] == program]
     assert found, f"{page} shows no {program} command"
     return found

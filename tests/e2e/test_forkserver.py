@@ -153,3 +153,10 @@ def test_commands_a_shimmed_command_starts_fork_from_the_same_server(shims, tmp_
     (tmp_path / "nested.py").write_text(code)
     out = shell("python nested.py", {**shims, "FAIRSEQ_LINATTN_FORK_COMMANDS": "1"}, cwd=tmp_path)
     assert out.stdout.strip() == "True None", out.stderr
+
+
+def test_a_missing_script_or_module_reads_as_the_interpreters_one_line(shims, tmp_path):
+    for command, real in (("python missing.py", 2), ("python -m no_such_module", 1)):
+        forked = shell(command, shims, cwd=tmp_path)
+        assert forked.returncode == real and "Traceback" not in forked.stderr, forked.stderr
+        assert forked.stderr.strip().splitlines()[-1].endswith(("No such file or directory", "no_such_module"))

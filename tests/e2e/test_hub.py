@@ -1,5 +1,4 @@
 """The hub interface (from_pretrained) on a checkpoint trained by fairseq-train, with sentencepiece."""
-import re
 import shutil
 from pathlib import Path
 
@@ -7,6 +6,7 @@ import pytest
 import torch
 
 from fairseq_linattn.models.linformer_roberta import LinformerRobertaModel
+from tests.pages import code_blocks
 
 from .cli import COMMON, TINY, USER_DIR, run
 
@@ -63,7 +63,7 @@ def test_too_long_input_is_refused_clearly(hub_model):
 def test_the_usage_pages_hub_example_runs_as_written(hub_checkpoints, spm_data, tmp_path, monkeypatch):
     """docs/usage.md's python block, in a folder laid out as it says: checkpoints/ and data-bin/corpus."""
     page = Path(__file__).resolve().parents[2] / "docs" / "usage.md"
-    block = re.search(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), flags=re.S).group(1)
+    (block,) = code_blocks(page.read_text(encoding="utf-8"), "python")
     data, _ = spm_data
     (tmp_path / "data-bin").mkdir()
     (tmp_path / "data-bin" / "corpus").symlink_to(data)

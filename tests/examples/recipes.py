@@ -4,12 +4,12 @@ workers take a module each). Their fairseq and python commands are forked from a
 PATH (``fairseq_linattn/cli/forkserver.py``; ``FAIRSEQ_LINATTN_FORK_COMMANDS=0``: real starts): the real start
 of each command is tested in tests/e2e."""
 import os
-import re
 import subprocess
 import sys
 
 from fairseq_linattn.cli import forkserver
 from tests.e2e.cli import ROOT
+from tests.pages import code_blocks
 
 EXAMPLES = os.path.join(ROOT, "examples")
 TINY = {
@@ -24,7 +24,7 @@ DECODER = "--decoder-layers 2 --decoder-embed-dim 64 --decoder-ffn-embed-dim 128
 
 def commands(recipe: str) -> str:
     text = open(os.path.join(EXAMPLES, recipe, "README.md")).read()
-    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    blocks = code_blocks(text, "bash")
     assert blocks, f"examples/{recipe}/README.md has no bash block"
     return "set -euo pipefail\n" + "\n".join(blocks)
 
