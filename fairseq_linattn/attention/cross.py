@@ -35,19 +35,11 @@ class KernelCrossAttention(KernelAttention):
         super().__init__(embed_dim, num_heads, causal=False, kdim=source_dim, **kernel_options)
         self.self_attention, self.encoder_decoder_attention = False, True
 
-    def forward(
-        self,
-        query: Tensor,
-        key: Optional[Tensor] = None,
-        value: Optional[Tensor] = None,
-        key_padding_mask: Optional[Tensor] = None,
-        incremental_state: IncrementalState = None,
-        need_weights: bool = False,
-        static_kv: bool = False,
-        attn_mask: Optional[Tensor] = None,
-        before_softmax: bool = False,
-        need_head_weights: bool = False,
-    ) -> Tuple[Tensor, Optional[Tensor]]:
+    # fairseq's encoder-attention call signature (SelfAttention.forward's), restated for the source's key/value
+    def forward(self, query: Tensor, key: Optional[Tensor] = None, value: Optional[Tensor] = None,
+                key_padding_mask: Optional[Tensor] = None, incremental_state: IncrementalState = None,
+                need_weights: bool = False, static_kv: bool = False, attn_mask: Optional[Tensor] = None,
+                before_softmax: bool = False, need_head_weights: bool = False) -> Tuple[Tensor, Optional[Tensor]]:
         """query: T x B x C (decoder); key = value: S x B x source_dim (encoder output); key_padding_mask: B x S.
         Returns (T x B x C, None): see the module doc on weights."""
         if before_softmax or attn_mask is not None:

@@ -7,7 +7,8 @@ option to change.
 * Options that no tensor shape shows: the feature map (elu and relu have no weights), the head count (the
   projections are C x C whatever the heads), a pooling projection's k. Loading weights under other values
   gives a silently wrong model. Each of our models lists them (``identity(cfg)``), and
-  :func:`identity_differences` compares a checkpoint's with the model's.
+  :func:`identity_differences` compares a checkpoint's with the model's; :func:`check_same_attention` does it
+  for a checkpoint file before fairseq loads it (resuming, --restore-file, --model-overrides).
 """
 import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -16,6 +17,8 @@ from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 from fairseq.utils import safe_getattr as option
 
 from .errors import IncompatibleCheckpointError
+from .resume import is_zip
+from .safe_loading import safe_torch_load
 
 Shape = Tuple[int, ...]
 
@@ -121,3 +124,31 @@ def identity_differences(saved_cfg, cfg) -> List[str]:
     saved, ours = cls.identity(saved_cfg), cls.identity(cfg)
     return [f"{name}: {saved[name]!r} in the checkpoint, {ours[name]!r} here"
             for name in ours if saved.get(name) != ours[name]]
+
+
+def saved_model_cfg(path: str):
+    """The model config a checkpoint was trained with, read without reading its tensors (memory-mapped)."""
+    from omegaconf import OmegaConf
+
+    from .integrity import unreadable_reason
+
+    # the zip format can be memory-mapped: the tensors stay on disk
+    state = safe_torch_load(path, map_location="cpu", mmap=is_zip(path) and unreadable_reason(path) is None)
+    if state.get("args") is not None:
+        return state["args"]
+    cfg = state.get("cfg")
+    if isinstance(cfg, dict):
+        cfg = OmegaConf.create(cfg, flags={"allow_objects": True})
+    return None if cfg is None else cfg.get("model")
+
+
+def check_same_attention(path: str, model_cfg, how: str):
+    """The attention options that no tensor shape shows (feature map, heads, k of a pooling projection) must
+    be the checkpoint's: loading its weights under others gives a silently wrong model."""
+    saved = saved_model_cfg(path)
+    differences = identity_differences(saved, model_cfg) if saved is not None else []
+    if differences:
+        raise IncompatibleCheckpointError(
+            f"{path} was trained with other attention options than {how}: " + "; ".join(differences)
+            + ". Its weights mean something else under these options: use the checkpoint's."
+        )

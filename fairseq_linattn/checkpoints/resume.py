@@ -1,4 +1,5 @@
-"""Which checkpoint of a save dir a restart should continue from when ``checkpoint_last`` is missing or damaged."""
+"""Which checkpoint of a save dir a restart should continue from when ``checkpoint_last`` is missing or damaged,
+and whether an explicit ``--restore-file`` exists."""
 import logging
 import os
 import re
@@ -15,12 +16,13 @@ _PROGRESS_IN_NAME = re.compile(r"checkpoint(\d+|_\d+_\d+)\D")  # checkpoint3.pt,
 
 def trained_updates(path: str) -> int:
     """The number of updates a (whole) checkpoint holds, read without reading its tensors (memory-mapped)."""
-    state = safe_torch_load(path, map_location="cpu", mmap=_is_zip(path))
+    state = safe_torch_load(path, map_location="cpu", mmap=is_zip(path))
     history = state.get("optimizer_history") or [{}]
     return int(history[-1].get("num_updates", 0))
 
 
-def _is_zip(path: str) -> bool:
+def is_zip(path: str) -> bool:
+    """torch's zip format (memory-mappable), as opposed to a legacy pickle."""
     with open(path, "rb") as f:
         return f.read(2) == b"PK"
 
@@ -49,3 +51,17 @@ def newest_intact_checkpoint(save_dir: str, suffix: str = "", exclude: Iterable[
         except (CheckpointError, OSError) as error:
             logger.warning(f"skipping {path} as a checkpoint to resume from: {error}")
     return max(ranked)[-1] if ranked else None
+
+
+def check_restore_file_exists(path: str, save_dir: str):
+    """fairseq trains from scratch when ``--restore-file`` names no file, and overwrites the save dir: refuse."""
+    if "://" in str(path) or os.path.exists(path):
+        return
+    in_save_dir = os.path.join(save_dir, path)
+    hint = (f" A file of that name is in the save dir: pass --restore-file {in_save_dir}."
+            if not os.path.isabs(path) and os.path.exists(in_save_dir) else "")
+    raise FileNotFoundError(
+        f"--restore-file {path} does not exist (relative names are resolved against the working directory "
+        f"{os.getcwd()}, not --save-dir).{hint} Training from scratch instead would overwrite the checkpoints "
+        f"in {save_dir}, so fairseq-train stops here."
+    )

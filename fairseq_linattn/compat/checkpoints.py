@@ -20,8 +20,9 @@ import torch
 
 from ..checkpoints import (
     CheckpointError,
-    IncompatibleCheckpointError,
     atomic_copy,
+    check_restore_file_exists,
+    check_same_attention,
     newest_intact_checkpoint,
     safe_torch_load,
     unreadable_reason,
@@ -76,7 +77,7 @@ def resuming_from_intact_checkpoints(load_checkpoint):
         if cfg.restore_file != DEFAULT_RESTORE_FILE:
             path = cfg.restore_file.replace(".pt", suffix + ".pt")
             if not _same_file(path, last):  # (--restore-file $SAVE/checkpoint_last.pt is a resume: see below)
-                _check_restore_file_exists(path, cfg.save_dir)
+                check_restore_file_exists(path, cfg.save_dir)
                 if _is_local(path):
                     check_same_attention(path, trainer.cfg.model, "this run (--restore-file)")
                 return load_checkpoint(cfg, trainer, **passthrough_args)
@@ -138,36 +139,6 @@ def _loading_instead(load_checkpoint, cfg, trainer, passthrough_args, last: str,
         del trainer.load_checkpoint  # back to the class's method
 
 
-def saved_model_cfg(path: str):
-    """The model config a checkpoint was trained with, read without reading its tensors (memory-mapped)."""
-    from omegaconf import OmegaConf
-
-    with open(path, "rb") as f:
-        zip_format = f.read(2) == b"PK"
-    # the zip format can be memory-mapped: the tensors stay on disk
-    state = safe_torch_load(path, map_location="cpu", mmap=zip_format and unreadable_reason(path) is None)
-    if state.get("args") is not None:
-        return state["args"]
-    cfg = state.get("cfg")
-    if isinstance(cfg, dict):
-        cfg = OmegaConf.create(cfg, flags={"allow_objects": True})
-    return None if cfg is None else cfg.get("model")
-
-
-def check_same_attention(path: str, model_cfg, how: str):
-    """The attention options that no tensor shape shows (feature map, heads, k of a pooling projection) must
-    be the checkpoint's: loading its weights under others gives a silently wrong model."""
-    from ..checkpoints.fit import identity_differences
-
-    saved = saved_model_cfg(path)
-    differences = identity_differences(saved, model_cfg) if saved is not None else []
-    if differences:
-        raise IncompatibleCheckpointError(
-            f"{path} was trained with other attention options than {how}: " + "; ".join(differences)
-            + ". Its weights mean something else under these options: use the checkpoint's."
-        )
-
-
 def refusing_identity_overrides(load_checkpoint_to_cpu):
     """Wraps ``checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides)`` (validate, eval-lm, generate,
     the hub): overriding an option that changes what the weights mean is an error, not a silent misuse."""
@@ -182,19 +153,6 @@ def refusing_identity_overrides(load_checkpoint_to_cpu):
 
     load.__wrapped__ = load_checkpoint_to_cpu
     return load
-
-
-def _check_restore_file_exists(path: str, save_dir: str):
-    if not _is_local(path) or os.path.exists(path):
-        return
-    in_save_dir = os.path.join(save_dir, path)
-    hint = (f" A file of that name is in the save dir: pass --restore-file {in_save_dir}."
-            if not os.path.isabs(path) and os.path.exists(in_save_dir) else "")
-    raise FileNotFoundError(
-        f"--restore-file {path} does not exist (relative names are resolved against the working directory "
-        f"{os.getcwd()}, not --save-dir).{hint} Training from scratch instead would overwrite the checkpoints "
-        f"in {save_dir}, so fairseq-train stops here."
-    )
 
 
 def surfacing_checkpoint_errors(load_checkpoint):

@@ -46,16 +46,9 @@ def softmax_attention_weights(
     return _zero_rows(*_weights(q, k, key_padding_mask, scale, attn_mask))
 
 
-def softmax_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    key_padding_mask: Optional[Tensor] = None,
-    dropout_p: float = 0.0,
-    scale: Optional[float] = None,
-    need_weights: bool = False,
-    attn_mask: Optional[Tensor] = None,
-) -> Tuple[Tensor, Optional[Tensor]]:
+def softmax_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor] = None,
+                      dropout_p: float = 0.0, scale: Optional[float] = None, need_weights: bool = False,
+                      attn_mask: Optional[Tensor] = None) -> Tuple[Tensor, Optional[Tensor]]:
     """Same contract as :func:`softmax_attention_reference`; weights are None unless ``need_weights``."""
     fused_keeps_fp32_softmax = q.dtype == torch.float32 or q.is_cuda
     if need_weights or not fused_keeps_fp32_softmax:
