@@ -16,14 +16,14 @@ from .ops.linear_attn import (
     recurrent_linear_attention_step,
 )
 from .ops.softmax import softmax_attention, softmax_attention_reference, softmax_attention_weights
-from .options import KernelOptions, LinformerOptions, SoftmaxOptions, check_heads, option, per_layer
+from .options import KernelOptions, LinformerOptions, check_heads, option, per_layer
 from .projections import PROJECTIONS, SequenceProjection, build_projection, register_projection
 
 __all__ = [
     "BUILDERS", "FEATURE_MAPS", "PROJECTIONS", "FeatureMap", "KernelAttention", "KernelCrossAttention",
     "KernelOptions", "LayerShape",
     "LinformerAttention", "LinformerOptions", "SelfAttention", "SequenceProjection", "SoftmaxAttention",
-    "SoftmaxOptions", "build_attention", "build_feature_map", "build_projection", "causal_linear_attention",
+    "build_attention", "build_feature_map", "build_projection", "causal_linear_attention",
     "causal_linear_attention_reference", "check_heads", "linear_attention", "linear_attention_reference",
     "linear_attention_weights", "option", "per_layer", "recurrent_linear_attention_step", "register_builder",
     "register_feature_map", "register_projection", "softmax_attention", "softmax_attention_reference",

@@ -12,10 +12,9 @@ from torch import nn
 
 from .base import SelfAttention
 from .cross import KernelCrossAttention
-from .full import SoftmaxAttention
 from .kernel import KernelAttention
 from .linformer import LinformerAttention
-from .options import KERNEL_ATTENTION, KernelOptions, LinformerOptions, SoftmaxOptions
+from .options import KERNEL_ATTENTION, KernelOptions, LinformerOptions
 from .projections import build_projection
 from .recurrent_state import linear_attentions
 
@@ -124,10 +123,3 @@ def build_linformer_attention(options: LinformerOptions, layer_index: int, shape
         compress_v = None if options.shared_kv else projection(layer_index)
     return LinformerAttention(shape.embed_dim, shape.num_heads, compress_k=compress_k, compress_v=compress_v,
                               shared_across_layers=options.shared_layers, **shape.common())
-
-
-@register_builder(SoftmaxOptions)
-def build_softmax_attention(options: SoftmaxOptions, layer_index: int, shape: LayerShape, shared) -> SoftmaxAttention:
-    if shape.causal:
-        raise ValueError("SoftmaxAttention keeps no key/value cache: use fairseq's own transformer_lm for a decoder")
-    return SoftmaxAttention(shape.embed_dim, shape.num_heads, **shape.common())

@@ -292,15 +292,6 @@ class LinformerOptions(MechanismOptions):
                 "k per layer (--compressed / --compressed-length)": self.compressed_lengths}
 
 
-@dataclass
-class SoftmaxOptions(MechanismOptions):
-    """Softmax attention (PyTorch's fused SDPA): the baseline, no options of its own."""
-
-    @classmethod
-    def from_args(cls, args: Any) -> "SoftmaxOptions":
-        return cls()
-
-
 def current_help() -> dict:
     """{flag: (help as first written, help now)} for the flags whose help lists a registry that may have grown
     since this module was imported (a mechanism registered by a user's module): --help shows the current one."""

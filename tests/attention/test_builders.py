@@ -18,8 +18,6 @@ from fairseq_linattn.attention import (
     LayerShape,
     LinformerAttention,
     LinformerOptions,
-    SoftmaxAttention,
-    SoftmaxOptions,
     build_attention,
 )
 from fairseq_linattn.attention.options import identity_option_names
@@ -45,7 +43,6 @@ def test_each_mechanism_is_built_from_its_options():
     assert kernel.feature_map.seed == 1000 * KernelOptions.favor_seed + 2  # one seed per layer
     linformer = build_attention(LinformerOptions(compressed_lengths=[8, 4], max_positions=64), 1, shape)
     assert isinstance(linformer, LinformerAttention) and linformer.projection_k.compressed_length == 4
-    assert isinstance(build_attention(SoftmaxOptions(), 0, shape), SoftmaxAttention)
     with pytest.raises(TypeError, match="no attention builder for Namespace"):
         build_attention(Namespace(), 0, shape)
 
@@ -66,33 +63,36 @@ def test_options_are_read_once_with_the_defaults_in_one_place():
     assert {"feature_map", "compressed", "encoder_attention_heads"} <= identity_option_names()
 
 
-def test_a_new_mechanism_is_an_options_class_an_attention_and_a_builder():
-    """docs/architecture.md's "A mechanism": cosine attention with its flag, from the command line to the module,
-    built by the factory (and refused where it cannot be causal)."""
+@pytest.fixture(scope="module")
+def cosine_mechanism():
+    """docs/architecture.md's "A mechanism" block, run as written: cosine attention, its options and builder."""
     example = {"__name__": "readme_mechanism"}
     exec(compile(readme_example("A mechanism"), f"{README} (A mechanism)", "exec"), example)
-    options_class, attention_class = example["CosineOptions"], example["CosineAttention"]
-    try:
-        parser = argparse.ArgumentParser()
-        options_class.add_args(parser)
-        options = options_class.from_args(parser.parse_args(["--cosine-temperature", "0.5"]))
-        attention = build_attention(options, 0, LayerShape(32, 4)).eval()
-        assert isinstance(attention, attention_class) and attention.temperature == 0.5
-        x = torch.randn(7, 2, 32)
-        out, weights = attention(x, x, x, need_weights=True)
-        assert out.shape == x.shape and torch.allclose(weights.sum(-1), torch.ones(2, 7))
-        with torch.no_grad():  # cosine scores do not see the queries' norms
-            attention.q_proj.weight.mul_(3.0), attention.q_proj.bias.mul_(3.0)
-        assert_matches_reference(attention(x, x, x)[0], out, 1e-5)
-        with pytest.raises(ValueError, match="bidirectional"):
-            build_attention(options, 0, LayerShape(32, 4, causal=True))
-    finally:
-        BUILDERS.pop(options_class)  # the factory's table as the package fills it, for the other tests
+    yield example
+    BUILDERS.pop(example["CosineOptions"])  # the factory's table as the package fills it, for the other tests
 
 
-def test_a_new_model_family_is_only_names():
-    """docs/architecture.md's "A model family": RoBERTa with PyTorch's fused softmax attention, built by the same
-    factory, in eight lines and no construction code."""
+def test_a_new_mechanism_is_an_options_class_an_attention_and_a_builder(cosine_mechanism):
+    """From the command line to the module, built by the factory (and refused where it cannot be causal)."""
+    options_class, attention_class = cosine_mechanism["CosineOptions"], cosine_mechanism["CosineAttention"]
+    parser = argparse.ArgumentParser()
+    options_class.add_args(parser)
+    options = options_class.from_args(parser.parse_args(["--cosine-temperature", "0.5"]))
+    attention = build_attention(options, 0, LayerShape(32, 4)).eval()
+    assert isinstance(attention, attention_class) and attention.temperature == 0.5
+    x = torch.randn(7, 2, 32)
+    out, weights = attention(x, x, x, need_weights=True)
+    assert out.shape == x.shape and torch.allclose(weights.sum(-1), torch.ones(2, 7))
+    with torch.no_grad():  # cosine scores do not see the queries' norms
+        attention.q_proj.weight.mul_(3.0), attention.q_proj.bias.mul_(3.0)
+    assert_matches_reference(attention(x, x, x)[0], out, 1e-5)
+    with pytest.raises(ValueError, match="bidirectional"):
+        build_attention(options, 0, LayerShape(32, 4, causal=True))
+
+
+def test_a_new_model_family_is_only_names(cosine_mechanism):
+    """docs/architecture.md's "A model family": RoBERTa with the cosine attention of "A mechanism", built by the
+    same factory, in eight lines and no construction code; its option reaches the model from the arch's flags."""
     from fairseq.models import register_model
 
     from fairseq_linattn.models.layers import SwappedAttentionEncoder
@@ -102,15 +102,17 @@ def test_a_new_model_family_is_only_names():
         register_roberta_archs,
     )
 
-    if "sdpa_roberta" not in ARCH_MODEL_REGISTRY:
+    if "cosine_roberta" not in ARCH_MODEL_REGISTRY:
         names = dict(register_model=register_model, SwappedAttentionEncoder=SwappedAttentionEncoder,
-                     SwappedAttentionRobertaEncoder=SwappedAttentionRobertaEncoder, SoftmaxOptions=SoftmaxOptions,
+                     SwappedAttentionRobertaEncoder=SwappedAttentionRobertaEncoder,
+                     CosineOptions=cosine_mechanism["CosineOptions"],
                      SwappedAttentionRobertaModel=SwappedAttentionRobertaModel,
                      register_roberta_archs=register_roberta_archs, __name__="readme_model_family")
         exec(compile(readme_example("A model family"), f"{README} (A model family)", "exec"), names)
 
-    model, task = build("sdpa_roberta_base", **SMALL_ENCODER)
-    attentions = [m for m in model.modules() if isinstance(m, SoftmaxAttention)]
+    model, task = build("cosine_roberta_base", **SMALL_ENCODER, cosine_temperature=0.25)
+    attentions = [m for m in model.modules() if isinstance(m, cosine_mechanism["CosineAttention"])]
     assert len(attentions) == SMALL_ENCODER["encoder_layers"]
+    assert {a.temperature for a in attentions} == {0.25}
     features, _ = model.eval()(torch.randint(4, len(task.dictionary), (2, 10)), features_only=True)
     assert features.shape == (2, 10, SMALL_ENCODER["encoder_embed_dim"])
