@@ -77,6 +77,13 @@ def valid_curve(log: str, metric: str = "loss") -> List[Tuple[int, float]]:
     return [(int(updates), float(value)) for value, updates in found]
 
 
+def train_curve(log: str) -> List[Tuple[int, float]]:
+    """(num_updates, training loss averaged over the logging interval) at each of fairseq-train's
+    ``train_inner`` lines (every ``--log-interval`` updates)."""
+    found = re.findall(r"train_inner \|.*? loss=([0-9.]+), .*?num_updates=(\d+)", log)
+    return [(int(updates), float(value)) for value, updates in found]
+
+
 def train_seconds(log: str) -> float:
     """fairseq-train's own count of its training time."""
     return last(r"done training in ([0-9.]+) seconds", log)

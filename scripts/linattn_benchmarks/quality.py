@@ -49,6 +49,7 @@ from .fairseq_runs import (
     say,
     seconds_per_update,
     sequence,
+    train_curve,
     train_seconds,
     unigram_perplexity,
     valid_curve,
@@ -104,6 +105,17 @@ class Scale:
     lm_lr: float = 3e-3
     finetune_lr: float = 1e-4
     device: Tuple[str, ...] = ("--cpu",)
+    lm_n: Optional[int] = None  # tokens per sample of the causal LMs (None: n)
+    lm_batch: Optional[int] = None  # samples per causal-LM batch (None: tokens_per_batch // lm_n)
+    # dropout of the masked-LM and causal-LM training (finetuning keeps 0.1); None: the arch's attention dropout
+    dropout: float = 0.1
+    attention_dropout: Optional[float] = None
+    train_mask_prob: Optional[float] = None  # masked-LM training's masking (None: fairseq's 15%)
+    eval_mask_prob: Optional[float] = None  # fairseq-validate's masking (None: the training's)
+    # True: validate and save at every epoch's end and on the update schedule, and evaluate the best checkpoint;
+    # False: validate on the update schedule only, save at the end only, and evaluate (and score finetuning by)
+    # the model the run ends with
+    keep_best: bool = True
     extrapolation: int = 4  # evaluate over this many training lengths
     buckets: int = 8  # perplexity by position: this many ranges of positions
     mlm_models: Tuple[str, ...] = tuple(MLM_MODELS)
@@ -113,6 +125,10 @@ class Scale:
     @property
     def ffn(self) -> int:
         return 4 * self.dim
+
+    @property
+    def lm_tokens(self) -> int:
+        return self.lm_n or self.n
 
 
 SCALES = {
@@ -132,14 +148,15 @@ SCALES = {
 
 COMMON = ["--num-workers", "0", "--seed", "1", "--log-format", "simple", "--no-epoch-checkpoints", "--no-last-checkpoints",
           "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
-          "--clip-norm", "1.0", "--lr-scheduler", "polynomial_decay", "--weight-decay", "0.01", "--dropout", "0.1"]
+          "--clip-norm", "1.0", "--lr-scheduler", "polynomial_decay", "--weight-decay", "0.01"]
+FINETUNE_DROPOUT = 0.1
 
 
 class Quality:
     """The runs of one study: each trained once (cached by what defines it), each number read back from fairseq."""
 
-    def __init__(self, work: Path, scale: Scale, data: CorpusData):
-        self.work, self.s, self.data = work, scale, data
+    def __init__(self, work: Path, scale: Scale, data: CorpusData, prefix: str = "quality"):
+        self.work, self.s, self.data, self.prefix = work, scale, data, prefix
         self.runs: Dict[tuple, Dict] = {}
 
     # ---------------------------------------------------------------------------------------- training
@@ -148,46 +165,59 @@ class Quality:
         return ["--arch", arch, "--encoder-layers", s.layers, "--encoder-embed-dim", s.dim, "--encoder-ffn-embed-dim",
                 s.ffn, "--encoder-attention-heads", s.heads, "--max-positions", n, "--encoder-normalize-before"]
 
-    def train(self, key: tuple, task_args: List, updates: int, lr: float, batch: int, metric: str = "loss") -> Dict:
+    def train(self, key: tuple, task_args: List, updates: int, lr: float, batch: int, metric: str = "loss",
+              echo=None) -> Dict:
+        """One fairseq-train run (once per ``key``); ``echo``: the log lines printed as it runs (fairseq_runs.fairseq)."""
         if key in self.runs:
             return self.runs[key]
         s = self.s
         save = self.work / "checkpoints" / "-".join(str(k).replace("/", "_").replace(" ", "_") for k in key)
-        validate_every = max(1, updates // s.validations)
+        validate_every, log_path = max(1, updates // s.validations), self.work / "logs" / f"train-{save.name}.log"
+        # the best checkpoint of every validation, or (keep_best False) validations on the update schedule only
+        # (a validation at each epoch's end costs the small corpus's many epochs dearly) and one save at the end
+        saving = (["--save-interval-updates", validate_every, "--keep-interval-updates", 1] if s.keep_best else
+                  ["--validate-interval", 1_000_000, "--save-interval", 1_000_000])
         log = fairseq("fairseq-train", *sequence(task_args), "--user-dir", USER_DIR, "--batch-size", batch,
                       "--lr", lr, "--warmup-updates", max(1, updates // 10), "--total-num-update", updates,
-                      "--max-update", updates, "--validate-interval-updates", validate_every,
-                      "--save-interval-updates", validate_every, "--keep-interval-updates", 1,
+                      "--max-update", updates, "--validate-interval-updates", validate_every, *saving,
                       "--save-dir", save, "--log-interval", min(10, max(1, updates // 8)), *s.device, *COMMON,
-                      log=self.work / "logs" / f"train-{save.name}.log", echo=None)
-        run = {"save": save, "best": save / "checkpoint_best.pt", "curve": valid_curve(log, metric),
-               "params": parameter_count(log),
+                      log=log_path, echo=echo)
+        run = {"save": save, "best": save / "checkpoint_best.pt", "log": log_path, "curve": valid_curve(log, metric),
+               "train_curve": train_curve(log), "params": parameter_count(log),
                "seconds_per_update": seconds_per_update(log), "train_seconds": train_seconds(log)}
         self.runs[key] = run
         say(f"   {' / '.join(map(str, key))}: {updates} updates in {run['train_seconds']:.0f} s, "
             f"{run['params']:,} parameters, last validation {metric} {run['curve'][-1][1] if run['curve'] else '-'}",
-            "quality")
+            self.prefix)
         return run
 
-    def masked_lm(self, name: str, n: int, extra=None) -> Dict:
+    def training_dropout(self) -> List:
+        s = self.s
+        return ["--dropout", s.dropout, *([] if s.attention_dropout is None else ["--attention-dropout", s.attention_dropout])]
+
+    def masked_lm(self, name: str, n: int, extra=None, echo=None) -> Dict:
         arch, options = MLM_MODELS[name]
         extra = options(n) if extra is None else extra
         s = self.s
+        masking = [] if s.train_mask_prob is None else ["--mask-prob", s.train_mask_prob]
         run = self.train(("mlm", arch, n, *extra), [
             self.data.lm, "--task", "masked_lm", "--criterion", "masked_lm", *self.encoder(arch, n), *extra,
-            "--tokens-per-sample", n, "--sample-break-mode", "complete", "--skip-invalid-size-inputs-valid-test"],
-            s.mlm_updates, s.mlm_lr, s.tokens_per_batch // n)
+            "--tokens-per-sample", n, "--sample-break-mode", "complete", "--skip-invalid-size-inputs-valid-test",
+            *masking, *self.training_dropout()], s.mlm_updates, s.mlm_lr, s.tokens_per_batch // n, echo=echo)
         if "test_ppl" not in run:
+            overrides = [] if s.eval_mask_prob is None else ["--model-overrides", repr({"mask_prob": s.eval_mask_prob})]
+            run["validate_log"] = self.work / "logs" / f"validate-{run['save'].name}.log"
             log = fairseq("fairseq-validate", self.data.lm, "--user-dir", USER_DIR, "--task", "masked_lm",
                           "--criterion", "masked_lm", "--path", run["best"], *s.device, "--seed", "1",
                           "--batch-size", max(1, s.tokens_per_batch // n), "--tokens-per-sample", n,
-                          "--valid-subset", "test", "--skip-invalid-size-inputs-valid-test",
-                          log=self.work / "logs" / f"validate-{run['save'].name}.log", echo=None)
+                          "--valid-subset", "test", *overrides, "--skip-invalid-size-inputs-valid-test",
+                          log=run["validate_log"], echo=None)
             run["test_ppl"] = last(r"\| ppl ([0-9.]+)", log)
         return run
 
-    def finetune(self, name: str) -> float:
-        """Best dev accuracy (%) of the encoder pretrained as ``name``, finetuned on docstring classification."""
+    def finetune(self, name: str, echo=None) -> float:
+        """Dev accuracy (%) of the encoder pretrained as ``name``, finetuned on docstring classification: the
+        best validation's, or (keep_best False) the last one's, the model the run saved."""
         pretrained = self.masked_lm(name, self.s.n)
         if "dev_accuracy" not in pretrained:
             arch, options = MLM_MODELS[name]
@@ -197,31 +227,33 @@ class Quality:
                 "--num-classes", 3, "--init-token", 0, "--separator-token", 2, *self.encoder(arch, s.n),
                 *options(s.n), "--shorten-method", "truncate", "--restore-file", pretrained["best"],
                 "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--best-checkpoint-metric", "accuracy",
-                "--maximize-best-checkpoint-metric", "--find-unused-parameters"],
-                s.finetune_updates, s.finetune_lr, 32, metric="accuracy")
-            pretrained["dev_accuracy"] = max(accuracy for _, accuracy in run["curve"])
+                "--maximize-best-checkpoint-metric", "--find-unused-parameters", "--dropout", FINETUNE_DROPOUT],
+                s.finetune_updates, s.finetune_lr, 32, metric="accuracy", echo=echo)
+            accuracies = [accuracy for _, accuracy in run["curve"]]
+            pretrained["dev_accuracy"] = max(accuracies) if s.keep_best else accuracies[-1]
         return pretrained["dev_accuracy"]
 
-    def language_model(self, name: str) -> Dict:
+    def language_model(self, name: str, echo=None) -> Dict:
         arch, extra = LM_MODELS[name]
-        s = self.s
+        s, n = self.s, self.s.lm_tokens
         ffn = s.ffn - s.dim // 2 if name in GATED_MECHANISMS else s.ffn  # the output gate's d x d, see LM_MODELS
-        run = self.train(("lm", arch, s.n, *extra), [
+        run = self.train(("lm", arch, n, *extra), [
             self.data.lm, "--task", "language_modeling", "--arch", arch, "--decoder-layers", s.layers,
             "--decoder-embed-dim", s.dim, "--decoder-ffn-embed-dim", ffn, "--decoder-attention-heads", s.heads,
             # fairseq's transformer_lm keeps 512-wide input/output embeddings unless told (its config's defaults)
             "--decoder-input-dim", s.dim, "--decoder-output-dim", s.dim, "--decoder-normalize-before",
-            *extra, "--share-decoder-input-output-embed", "--tokens-per-sample", s.n, "--sample-break-mode", "none",
+            *extra, "--share-decoder-input-output-embed", "--tokens-per-sample", n, "--sample-break-mode", "none",
             # sinusoidal positions either way: the limit only lets eval-lm run past the training length
-            "--max-target-positions", s.n * s.extrapolation], s.lm_updates, s.lm_lr, s.tokens_per_batch // s.n)
+            "--max-target-positions", n * s.extrapolation, *self.training_dropout()],
+            s.lm_updates, s.lm_lr, s.lm_batch or s.tokens_per_batch // n, echo=echo)
         if "test_ppl" not in run:
-            run["test_ppl"] = self.eval_lm(run, s.n, s.n // 2)[0]
+            run["test_ppl"] = self.eval_lm(run, n, n // 2)[0]
         return run
 
     def eval_lm(self, run: Dict, tokens_per_sample: int, context_window: int = 0,
                 by_position: bool = False) -> Tuple[float, Optional[List[float]]]:
         """fairseq-eval-lm perplexity on the test split, and (``by_position``) perplexity by position over
-        ``extrapolation * n`` tokens."""
+        ``extrapolation * lm_tokens`` tokens."""
         s = self.s
         tag = f"{run['save'].name}-{tokens_per_sample}-{context_window}"
         log = fairseq("fairseq-eval-lm", self.data.lm, "--user-dir", USER_DIR, "--path", run["best"], *s.device,
@@ -233,7 +265,7 @@ class Quality:
         if not by_position:
             return ppl, None
         block = tokens_per_sample - context_window  # the new tokens of each sample (fairseq's cut of the stream)
-        return ppl, perplexity_by_position(positional_log_probs(log), block, s.n * s.extrapolation, s.buckets)
+        return ppl, perplexity_by_position(positional_log_probs(log), block, s.lm_tokens * s.extrapolation, s.buckets)
 
 
 class QualityBenchmark(Study):
@@ -295,14 +327,14 @@ class QualityBenchmark(Study):
         return scale.lm_models
 
     def extrapolation(self, study: Quality) -> Dict:
-        s = study.s
-        long = s.n * s.extrapolation
+        s, n = study.s, study.s.lm_tokens
+        long = n * s.extrapolation
         softmax, linear = study.language_model(SOFTMAX_LM), study.language_model(LINEAR_LM)
         cases = {
-            f"softmax, sliding window ({s.n} tokens, {s.n // 2} of context)": (softmax, s.n, s.n // 2),
-            f"softmax over {long} tokens (positions past {s.n})": (softmax, long, 0),
+            f"softmax, sliding window ({n} tokens, {n // 2} of context)": (softmax, n, n // 2),
+            f"softmax over {long} tokens (positions past {n})": (softmax, long, 0),
             f"linear (elu+1), state carried over {long} tokens": (linear, long, 0),
-            f"linear (elu+1), reset every {s.n} tokens": (linear, s.n, 0),
+            f"linear (elu+1), reset every {n} tokens": (linear, n, 0),
         }
         rows = {}
         for label, (run, tokens, context) in cases.items():
@@ -339,16 +371,16 @@ class MechanismQualityBenchmark(QualityBenchmark):
     def extrapolation(self, study: Quality) -> Dict:
         """Softmax with a sliding window and past its positions, and every linear mechanism with its state carried
         through ``extrapolation * n`` tokens (what generation does)."""
-        s = study.s
-        long = s.n * s.extrapolation
+        s, n = study.s, study.s.lm_tokens
+        long = n * s.extrapolation
         softmax = study.language_model(SOFTMAX_LM)
-        cases = {f"softmax, sliding window ({s.n} tokens, {s.n // 2} of context)": (softmax, s.n, s.n // 2),
-                 f"softmax over {long} tokens (positions past {s.n})": (softmax, long, 0)}
+        cases = {f"softmax, sliding window ({n} tokens, {n // 2} of context)": (softmax, n, n // 2),
+                 f"softmax over {long} tokens (positions past {n})": (softmax, long, 0)}
         for name in self.lm_models(s):
             if name != SOFTMAX_LM:
                 run = study.language_model(name)
                 cases[f"{name}, state carried over {long} tokens"] = (run, long, 0)
-                cases[f"{name}, sliding window ({s.n} tokens, {s.n // 2} of context)"] = (run, s.n, s.n // 2)
+                cases[f"{name}, sliding window ({n} tokens, {n // 2} of context)"] = (run, n, n // 2)
         rows = {}
         for label, (run, tokens, context) in cases.items():
             ppl, by_position = study.eval_lm(run, tokens, context, by_position=True)

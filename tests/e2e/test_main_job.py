@@ -32,17 +32,26 @@ def test_main_job_quick_runs_every_stage_and_reports(tmp_path):
     prompts = ("Return the", "This module provides")
     assert len(summary["samples"]) == 2
     assert all(s.startswith(p) and len(s) > len(p) for s, p in zip(summary["samples"], prompts))
-    # checkpoints are saved at the end only (--save-interval 1000000): every run still leaves its best checkpoint
-    for run in ("roberta", "linformer_roberta", "roberta_cls", "linformer_roberta_cls", "transformer_lm",
-                "linear_transformer_lm"):
-        assert (work / "checkpoints" / run / "checkpoint_best.pt").is_file(), run
+    # checkpoints are saved at the end only (--save-interval 1000000): every run still leaves its best checkpoint,
+    # beside the sentencepiece model the hub loads with it
+    for name in ("roberta", "linformer_roberta", "transformer_lm", "linear_transformer_lm"):
+        checkpoint = Path(summary[name]["checkpoint"])
+        assert checkpoint.is_file() and (checkpoint.parent / "sentencepiece.bpe.model").is_file(), name
+    assert len(list((work / "checkpoints").glob("cls-*/checkpoint_best.pt"))) == 2  # the finetuned encoders
     assert set(summary["stage_seconds"]) == {"binarize", "pretrain", "finetune", "language_models", "sample"}
+    # the curves: the training loss at every logged interval (every update at this size), and the validations
+    for name, updates in (("roberta", "mlm_updates"), ("linformer_roberta", "mlm_updates"),
+                          ("transformer_lm", "lm_updates"), ("linear_transformer_lm", "lm_updates")):
+        curves, updates = summary[name]["curves"], summary["scale"][updates]
+        assert [u for u, _ in curves["training"]] == list(range(1, updates + 1)), name
+        assert curves["validation"] and curves["validation"][-1][0] == updates, name
+    assert "'_name'" not in stdout  # the hub's sampling step does not print fairseq's whole configuration
 
     # pretraining masks 30% of the tokens, fairseq-validate measures at RoBERTa's 15% (the override reaches the
     # saved task config that fairseq-validate builds its dataset from)
     for name in ("roberta", "linformer_roberta"):
-        assert "'mask_prob': 0.3" in (work / "logs" / f"pretrain_{name}.log").read_text()
-        validate = (work / "logs" / f"validate_{name}.log").read_text()
+        assert "'mask_prob': 0.3" in Path(summary[name]["train_log"]).read_text()
+        validate = Path(summary[name]["validate_log"]).read_text()
         assert "'mask_prob': 0.15" in validate and "'mask_prob': 0.3" not in validate
 
     table = (work / "summary.md").read_text()
