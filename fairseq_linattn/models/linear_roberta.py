@@ -6,8 +6,9 @@ Exact under padding: padded keys are removed from both sums of the attention (nu
 from fairseq.models import register_model
 
 from ..attention import KernelOptions
+from .archs import register_archs
 from .layers import SwappedAttentionEncoder
-from .roberta import SwappedAttentionRobertaEncoder, SwappedAttentionRobertaModel, register_roberta_archs
+from .roberta import ROBERTA_SIZES, SwappedAttentionRobertaEncoder, SwappedAttentionRobertaModel
 
 
 class KernelTransformerEncoder(SwappedAttentionEncoder):
@@ -23,4 +24,4 @@ class LinearRobertaModel(SwappedAttentionRobertaModel):
     encoder_class = LinearRobertaEncoder
 
 
-register_roberta_archs("linear_roberta", KernelOptions)
+register_archs("linear_roberta", ROBERTA_SIZES, KernelOptions.set_defaults)  # linear_roberta, _base, _large

@@ -15,21 +15,23 @@ mirror fairseq's sizes: ``linear_transformer``, ``linear_transformer_iwslt_de_en
 """
 from argparse import Namespace
 
-from fairseq.models import register_model, register_model_architecture
+from fairseq.models import register_model
 from fairseq.models.transformer import TransformerConfig, TransformerModel
 from fairseq.models.transformer import transformer_legacy as fairseq_transformer
 from omegaconf import OmegaConf
 
 from ..attention import KernelOptions, LayerShape, build_attention, option
+from .archs import register_archs
 from .layers import DecoderLayer, SwappedAttentionDecoder, SwappedAttentionEncoder, wrap_layer
 from .plugin_model import PluginModel
 
 CROSS_ATTENTIONS = ("kernel", "softmax")
 DEFAULT_CROSS_ATTENTION = "kernel"
-# fairseq's transformer sizes, each registered as linear_<name>
-SIZES = ("transformer", "transformer_tiny", "transformer_iwslt_de_en", "transformer_wmt_en_de",
-         "transformer_vaswani_wmt_en_de_big", "transformer_vaswani_wmt_en_fr_big", "transformer_wmt_en_de_big",
-         "transformer_wmt_en_de_big_t2t")
+# fairseq's transformer sizes: transformer_<size> is linear_transformer_<size> (register_archs)
+SIZES = {"": fairseq_transformer.base_architecture, "tiny": fairseq_transformer.tiny_architecture,
+         **{size: getattr(fairseq_transformer, f"transformer_{size}") for size in (
+             "iwslt_de_en", "wmt_en_de", "vaswani_wmt_en_de_big", "vaswani_wmt_en_fr_big", "wmt_en_de_big",
+             "wmt_en_de_big_t2t")}}
 
 
 def set_defaults(args):
@@ -129,17 +131,4 @@ class LinearTransformerModel(PluginModel, TransformerModel):
 
 
 
-def register_translation_archs():
-    """``linear_<size>`` for each of fairseq's ``transformer`` sizes, with the kernel options' defaults."""
-    for size in SIZES:
-        fairseq_arch = getattr(fairseq_transformer, {"transformer": "base_architecture",
-                                                     "transformer_tiny": "tiny_architecture"}.get(size, size))
-
-        def arch(args, fairseq_arch=fairseq_arch):
-            set_defaults(args)
-            fairseq_arch(args)
-
-        register_model_architecture("linear_transformer", f"linear_{size}")(arch)
-
-
-register_translation_archs()
+register_archs("linear_transformer", SIZES, set_defaults)  # linear_transformer, _tiny, _iwslt_de_en, ...

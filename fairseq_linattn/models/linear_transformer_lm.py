@@ -9,14 +9,17 @@ beam search (``reorder_incremental_state``), fairseq-interactive and the hub's `
 overwritten (:mod:`..attention.mechanisms`); ``linear_transformer_lm_<mechanism>`` (``-`` as ``_``) are
 transformer_lm's base sizes with that mechanism.
 """
-from fairseq.models import register_model, register_model_architecture
+from functools import partial
+
+from fairseq.models import register_model
 from fairseq.models.transformer_lm import TransformerLanguageModelConfig, base_lm_architecture
 from fairseq.utils import safe_getattr
 
 from ..attention import KernelOptions
 from ..attention.recurrent_state import linear_attentions
+from .archs import register_archs
 from .layers import SwappedAttentionDecoder
-from .transformer_lm import SwappedAttentionLanguageModel, register_lm_archs
+from .transformer_lm import LM_SIZES, SwappedAttentionLanguageModel
 
 
 @KernelOptions.add_config_fields
@@ -35,15 +38,15 @@ class LinearTransformerLanguageModel(SwappedAttentionLanguageModel):
     decoder_class = LinearTransformerDecoder
 
 
-register_lm_archs("linear_transformer_lm")  # linear_transformer_lm_big, _gpt, _gpt2_tiny, _gpt2_small, _gpt2_medium
+register_archs("linear_transformer_lm", LM_SIZES)  # linear_transformer_lm_big, _gpt, _gpt2_tiny, _gpt2_small, _gpt2_medium
 
 
-def _register_mechanism_arch(mechanism: str):
-    @register_model_architecture("linear_transformer_lm", f"linear_transformer_lm_{mechanism.replace('-', '_')}")
-    def arch(args):
-        args.linear_attention = safe_getattr(args, "linear_attention", mechanism)
-        base_lm_architecture(args)
+def mechanism_arch(mechanism: str, args):
+    """transformer_lm's base size with ``--linear-attention mechanism`` unless the command line names another."""
+    args.linear_attention = safe_getattr(args, "linear_attention", mechanism)
+    base_lm_architecture(args)
 
 
-for _mechanism in linear_attentions():  # linear_transformer_lm_retention, _gla...
-    _register_mechanism_arch(_mechanism)
+# linear_transformer_lm_retention, _gla, _delta, _gated_delta: one per registered mechanism
+register_archs("linear_transformer_lm",
+               {name.replace("-", "_"): partial(mechanism_arch, name) for name in linear_attentions()})

@@ -11,8 +11,9 @@ import torch
 from fairseq.models import register_model
 
 from ..attention import LinformerAttention, LinformerOptions
+from .archs import register_archs
 from .layers import EncoderLayer, SwappedAttentionEncoder
-from .roberta import SwappedAttentionRobertaEncoder, SwappedAttentionRobertaModel, register_roberta_archs
+from .roberta import ROBERTA_SIZES, SwappedAttentionRobertaEncoder, SwappedAttentionRobertaModel
 
 
 class LinformerEncoderLayer(EncoderLayer):
@@ -86,4 +87,4 @@ class LinformerRobertaModel(SwappedAttentionRobertaModel):
     encoder_class = LinformerRobertaEncoder
 
 
-register_roberta_archs("linformer_roberta", LinformerOptions)
+register_archs("linformer_roberta", ROBERTA_SIZES, LinformerOptions.set_defaults)  # linformer_roberta, _base, _large

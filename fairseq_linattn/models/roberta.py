@@ -2,9 +2,9 @@
 
 fairseq's ``RobertaModel.build_model`` names ``RobertaEncoder`` and ``RobertaEncoder.build_encoder`` names
 ``TransformerEncoder``; these subclasses make both choices class attributes, so a model only says which
-sentence encoder (i.e. which attention) it uses, and :func:`register_roberta_archs` gives it RoBERTa's sizes.
+sentence encoder (i.e. which attention) it uses, and ``register_archs(name, ROBERTA_SIZES,
+MyOptions.set_defaults)`` (:mod:`.archs`) gives it RoBERTa's sizes.
 """
-from fairseq.models import register_model_architecture
 from fairseq.models.roberta import RobertaEncoder, RobertaModel, init_bert_params
 from fairseq.models.roberta.model import base_architecture as roberta_base_architecture
 from fairseq.models.roberta.model import roberta_large_architecture
@@ -56,18 +56,5 @@ class SwappedAttentionRobertaModel(PluginModel, RobertaModel):
         return cls(args, encoder)
 
 
-
-def register_roberta_archs(model_name: str, options_class):
-    """``<model_name>`` and ``<model_name>_base`` (RoBERTa base's sizes), ``<model_name>_large`` (large's), each
-    with the attention options' defaults."""
-
-    def base(args):
-        options_class.set_defaults(args)
-        roberta_base_architecture(args)
-
-    def large(args):
-        options_class.set_defaults(args)
-        roberta_large_architecture(args)
-
-    for name, arch in ((model_name, base), (f"{model_name}_base", base), (f"{model_name}_large", large)):
-        register_model_architecture(model_name, name)(arch)
+# RoBERTa's sizes, which every encoder family takes over: register_archs(name, ROBERTA_SIZES, MyOptions.set_defaults)
+ROBERTA_SIZES = {"": roberta_base_architecture, "base": roberta_base_architecture, "large": roberta_large_architecture}

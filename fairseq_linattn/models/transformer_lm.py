@@ -3,7 +3,7 @@
 fairseq's ``TransformerLanguageModel.build_model`` names ``TransformerDecoder``; the subclass here makes it a
 class attribute, so a model only says which decoder (i.e. which attention) it uses. Its config is
 transformer_lm's dataclass plus the attention's flags (``@MyOptions.add_config_fields``), and
-:func:`register_lm_archs` gives it transformer_lm's sizes::
+``register_archs`` (:mod:`.archs`) gives it transformer_lm's sizes::
 
     @KernelOptions.add_config_fields
     class LinearTransformerLanguageModelConfig(TransformerLanguageModelConfig):
@@ -13,19 +13,20 @@ transformer_lm's dataclass plus the attention's flags (``@MyOptions.add_config_f
     class LinearTransformerLanguageModel(SwappedAttentionLanguageModel):
         decoder_class = LinearTransformerDecoder
 
-    register_lm_archs("linear_transformer_lm")
+    register_archs("linear_transformer_lm", LM_SIZES)
 """
-from typing import Sequence
 
-from fairseq.models import MODEL_REGISTRY, register_model_architecture
+from fairseq.models import MODEL_REGISTRY
 from fairseq.models import transformer_lm as fairseq_lm
 from fairseq.models.transformer_lm import DEFAULT_MAX_TARGET_POSITIONS, TransformerLanguageModel
 from fairseq.utils import safe_getattr
 
 from .plugin_model import PluginModel
 
-# transformer_lm's sizes that each of our language models takes over as <model_name>_<size>
-LM_SIZES = ("big", "gpt", "gpt2_tiny", "gpt2_small", "gpt2_medium")
+# transformer_lm's sizes, which each of our language models takes over as <model_name>_<size> (register_archs;
+# <model_name> itself is registered by register_model with the dataclass defaults: 6 x 512, like transformer_lm)
+LM_SIZES = {size: getattr(fairseq_lm, f"transformer_lm_{size}") for size in ("big", "gpt", "gpt2_tiny", "gpt2_small",
+                                                                            "gpt2_medium")}
 # fairseq's input embeddings that build_model does not build (our decoders take a plain embedding)
 UNSUPPORTED_EMBEDDINGS = ("character_embeddings", "adaptive_input")
 
@@ -57,9 +58,3 @@ def registered_name(cls) -> str:
     return next((name for name, model in MODEL_REGISTRY.items() if model is cls), cls.__name__)
 
 
-def register_lm_archs(model_name: str, sizes: Sequence[str] = LM_SIZES):
-    """``<model_name>_<size>`` for each size: fairseq's ``transformer_lm_<size>`` arch function, one for one.
-    (``<model_name>`` itself is registered by ``register_model`` with the dataclass defaults: 6 x 512, like
-    transformer_lm.)"""
-    for size in sizes:
-        register_model_architecture(model_name, f"{model_name}_{size}")(getattr(fairseq_lm, f"transformer_lm_{size}"))

@@ -95,11 +95,12 @@ def test_a_new_model_family_is_only_names(cosine_mechanism):
     same factory, in eight lines and no construction code; its option reaches the model from the arch's flags."""
     from fairseq.models import register_model
 
+    from fairseq_linattn.models.archs import register_archs
     from fairseq_linattn.models.layers import SwappedAttentionEncoder
     from fairseq_linattn.models.roberta import (
+        ROBERTA_SIZES,
         SwappedAttentionRobertaEncoder,
         SwappedAttentionRobertaModel,
-        register_roberta_archs,
     )
 
     if "cosine_roberta" not in ARCH_MODEL_REGISTRY:
@@ -107,7 +108,7 @@ def test_a_new_model_family_is_only_names(cosine_mechanism):
                      SwappedAttentionRobertaEncoder=SwappedAttentionRobertaEncoder,
                      CosineOptions=cosine_mechanism["CosineOptions"],
                      SwappedAttentionRobertaModel=SwappedAttentionRobertaModel,
-                     register_roberta_archs=register_roberta_archs, __name__="readme_model_family")
+                     register_archs=register_archs, ROBERTA_SIZES=ROBERTA_SIZES, __name__="readme_model_family")
         exec(compile(readme_example("A model family"), f"{README} (A model family)", "exec"), names)
 
     model, task = build("cosine_roberta_base", **SMALL_ENCODER, cosine_temperature=0.25)
