@@ -10,8 +10,10 @@ and docs/reliability.md list them.
   when one dies, FSDP refused without CUDA.
 * :mod:`.data`: numpy 2's missing ``np.compat``; "every sample was too long" and "0 tokens evaluated" are errors.
 * :mod:`.cli`: ``--help`` lists the options of the arch, task and criterion the command line names.
+* :mod:`.generation`: a length capped at the model's positions is a warning naming the override, a min_len above it
+  an error.
 """
-from . import checkpoints, cli, data, distributed
+from . import checkpoints, cli, data, distributed, generation
 
 _APPLIED = False
 
@@ -24,4 +26,5 @@ def apply_fairseq_fixes():
     distributed.apply()
     data.apply()
     cli.apply()
+    generation.apply()
     _APPLIED = True
