@@ -12,8 +12,10 @@ and docs/reliability.md list them.
 * :mod:`.cli`: ``--help`` lists the options of the arch, task and criterion the command line names.
 * :mod:`.generation`: a length capped at the model's positions is a warning naming the override, a min_len above it
   an error.
+* :mod:`.interactive`: fairseq-interactive skips a line too long for the model, and replaces bytes that are not
+  UTF-8, with a warning each, and reads on.
 """
-from . import checkpoints, cli, data, distributed, generation
+from . import checkpoints, cli, data, distributed, generation, interactive
 
 _APPLIED = False
 
@@ -27,4 +29,5 @@ def apply_fairseq_fixes():
     data.apply()
     cli.apply()
     generation.apply()
+    interactive.apply()
     _APPLIED = True

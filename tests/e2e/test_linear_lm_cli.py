@@ -1,6 +1,6 @@
 """linear_transformer_lm and linear_roberta through the real command lines: train, eval-lm (with a context
-window), generate with beam search, interactive (lengths above the model's positions), hydra, the hub's sample()
-(2,000 tokens as an RNN from a model trained on 64)."""
+window), generate with beam search, interactive (lines too long, bytes that are not UTF-8, lengths above the
+model's positions), hydra, the hub's sample() (2,000 tokens as an RNN from a model trained on 64)."""
 import logging
 import re
 import shutil
@@ -10,6 +10,8 @@ import pytest
 from fairseq_linattn.compat import generation
 
 from .cli import COMMON, USER_DIR, run, train_lm
+
+LONG_LINE = " ".join(["return the number of items in a container"] * 12)  # 157 tokens: the model has 64 positions
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +70,35 @@ def interactive(data, model, *args, lines, **options):
                model / "sentencepiece.bpe.model", *args, input=lines, **options)
 
 
+def hypotheses(log):
+    return [int(n) for n in re.findall(r"^H-(\d+)\t", log, flags=re.M)]
+
+
+@pytest.mark.parametrize("flag", [[], ["--skip-invalid-size-inputs-valid-test"]], ids=["default", "skip-flag"])
+def test_interactive_skips_a_line_too_long_for_the_model_and_reads_on(spm_data, linear_lm, flag):
+    """A prompt longer than the model's 64 positions ended the session: 'Size of sample #0 is invalid', and with
+    the flag NothingToEvaluateError. Now one warning naming the override, and the next line is read; a length
+    above the positions is one warning for the whole session."""
+    log = interactive(spm_data[0], linear_lm, "--max-len-b", "100", *flag,
+                      lines=f"return the\n{LONG_LINE}\nthis module\n")
+    assert hypotheses(log) == [0, 2] and "Traceback" not in log, log[-3000:]
+    (skipped,) = [line for line in log.splitlines() if "skipped" in line]
+    assert "line 2 skipped: 157 tokens, more than the 64 positions allowed" in skipped
+    assert skipped.endswith('''--model-overrides "{'max_target_positions': 256}"''')
+    (capped,) = [line for line in log.splitlines() if "generating at most" in line]
+    assert "at most 63 tokens, not the 100 asked for" in capped
+    assert capped.endswith('''--model-overrides "{'max_target_positions': 101}"''')
+
+
+def test_interactive_reads_the_long_line_with_the_override_the_warning_names(spm_data, linear_lm):
+    log = interactive(spm_data[0], linear_lm, "--max-len-a", "1", "--max-len-b", "4", "--model-overrides",
+                      "{'max_target_positions': 256}", lines=f"return the\n{LONG_LINE}\n")
+    assert hypotheses(log) == [0, 1] and "skipped" not in log and "generating at most" not in log, log[-3000:]
+    prompt = re.search(r"^S-1\t(.*)$", log, flags=re.M).group(1).split()
+    continued = re.search(r"^H-1\t\S+\t(.*)$", log, flags=re.M).group(1).split()
+    assert len(prompt) == 156 and continued[:156] == prompt  # the whole line was read, and continued
+
+
 def test_interactive_min_len_above_the_models_positions_is_one_line(spm_data, linear_lm):
     """fairseq asserted 'min_len cannot be larger than max_len' with a traceback."""
     log = interactive(spm_data[0], linear_lm, "--min-len", "100", lines="return the\n", check=False)
@@ -75,6 +106,17 @@ def test_interactive_min_len_above_the_models_positions_is_one_line(spm_data, li
     assert log.returncode == 2 and "Traceback" not in log, log[-3000:]
     assert last.startswith("fairseq-interactive: error: min_len=100 asks for more than the 63 tokens")
     assert last.endswith('''--model-overrides "{'max_target_positions': 101}"''')
+
+
+def test_interactive_reads_on_after_bytes_that_are_not_utf8(spm_data, linear_lm):
+    """sentencepiece failed on the surrogate-escaped line ('Unable to cast Python instance of type <class 'str'>'):
+    a real start, reading its real stdin."""
+    log = interactive(spm_data[0], linear_lm, "--max-len-b", "8", lines=b"return the\ncaf\xe9 \xff module\nthis module\n",
+                      subprocess=True)
+    assert hypotheses(log) == [0, 1, 2] and "Traceback" not in log, log[-3000:]
+    (warning,) = [line for line in log.splitlines() if "not UTF-8" in line]
+    assert "line 2 is not UTF-8 (invalid continuation byte at byte 4): read with U+FFFD" in warning
+    assert re.search(r"^S-1\t.*module$", log, flags=re.M)  # the rest of the line is read
 
 
 def test_hub_sample_is_rnn_decoding(spm_data, linear_lm):
