@@ -10,8 +10,12 @@ and docs/reliability.md list them.
   when one dies, FSDP refused without CUDA.
 * :mod:`.data`: numpy 2's missing ``np.compat``; "every sample was too long" and "0 tokens evaluated" are errors.
 * :mod:`.cli`: ``--help`` lists the options of the arch, task and criterion the command line names.
+* :mod:`.generation`: a length capped at the model's positions is a warning naming the override, a min_len above it
+  an error.
+* :mod:`.interactive`: fairseq-interactive skips a line too long for the model, and replaces bytes that are not
+  UTF-8, with a warning each, and reads on.
 """
-from . import checkpoints, cli, data, distributed
+from . import checkpoints, cli, data, distributed, generation, interactive
 
 _APPLIED = False
 
@@ -24,4 +28,6 @@ def apply_fairseq_fixes():
     distributed.apply()
     data.apply()
     cli.apply()
+    generation.apply()
+    interactive.apply()
     _APPLIED = True

@@ -5,7 +5,10 @@
 * When every sample is longer than the model accepts, fairseq skipped them all: ``fairseq-eval-lm`` then
   printed "Evaluated 0 tokens ... Perplexity: 1.00" and exited 0, and ``--skip-invalid-size-inputs-valid-test``
   crashed with an IndexError in ``batch_by_size``. Both are now an error that names the options to change.
+  A caller that deals with too-long samples itself (:data:`ON_TOO_LONG`: fairseq-interactive skips the line and
+  reads the next) gets them instead, without fairseq's exception or warning.
 """
+import contextvars
 import types
 
 import numpy
@@ -32,10 +35,22 @@ LENGTH_OPTIONS = (
 )
 
 
+# Set by a caller that handles samples longer than the model accepts itself: ``on_too_long(dataset, ignored,
+# max_positions)`` gets their indices, and filtering neither raises nor warns. fairseq-interactive skips such a line
+# with its own warning; a data set (eval-lm, validate, generate) keeps the refusal below.
+ON_TOO_LONG = contextvars.ContextVar("fairseq_linattn_on_too_long", default=None)
+
+
 def refusing_to_filter_everything(filter_indices_by_size):
     """Wraps ``FairseqTask.filter_indices_by_size``: dropping every sample is an error, not a warning."""
 
     def filter_indices(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+        on_too_long = ON_TOO_LONG.get()
+        if on_too_long is not None:
+            kept, ignored = dataset.filter_indices_by_size(indices, max_positions)
+            if len(ignored) > 0:
+                on_too_long(dataset, ignored, max_positions)
+            return kept
         kept = filter_indices_by_size(self, indices, dataset, max_positions, ignore_invalid_inputs)
         if len(indices) > 0 and len(kept) == 0:
             raise NothingToEvaluateError(

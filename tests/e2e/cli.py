@@ -37,10 +37,11 @@ def fork_server(env):
     return forkserver.shared(env, default="1")
 
 
-def run(command, *args, cwd=None, env=None, check=True, timeout=600, subprocess=False):
+def run(command, *args, cwd=None, env=None, check=True, timeout=600, subprocess=False, input=None):
     """Run ``command`` (e.g. "fairseq-train") with ``args``; return stdout+stderr (a :class:`Log`). Fails the test
     with the log if the command fails, unless ``check=False``. The command is forked from the fork server (a new
-    process, without the import time) unless ``subprocess=True`` or it is not a fairseq or plugin command."""
+    process, without the import time) unless ``subprocess=True`` or it is not a fairseq or plugin command.
+    ``input`` (str or bytes) is its standard input."""
     if FAST_TEST:
         raise AssertionError(f"{FAST_TEST} starts {command}: mark it @pytest.mark.slow (the fast tier starts no "
                              "fairseq command)")
@@ -48,21 +49,28 @@ def run(command, *args, cwd=None, env=None, check=True, timeout=600, subprocess=
     full_env = base_env(env)
     args = [str(a) for a in args]
     server = None if subprocess else _forkable(command, args, full_env)
-    if server is not None:
-        with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
+        stdin = None
+        if input is not None:
+            stdin = os.path.join(tmp, "stdin")
+            with open(stdin, "wb") as f:
+                f.write(input.encode() if isinstance(input, str) else input)
+        if server is not None:
             log_path = os.path.join(tmp, "log")
             code, argv, kind = None, [exe, *args], "console"
             if command == os.path.basename(sys.executable):
                 kind = "code" if args[0] == "-c" else "script"
                 code, argv = (args[1], ["-c", *args[2:]]) if kind == "code" else (None, args)
             returncode = server.run(argv, command=command, env=full_env, cwd=cwd, log=log_path, timeout=timeout,
-                                    kind=kind, code=code)
+                                    kind=kind, code=code, stdin=stdin)
             with open(log_path, errors="replace") as f:
                 log = Log(f.read())
-    else:
-        proc = _subprocess.run([exe, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout)
-        log = Log(proc.stdout + proc.stderr)
-        returncode = proc.returncode
+        else:
+            with open(stdin or os.devnull, "rb") as inp:  # as the fork server gives it
+                proc = _subprocess.run([exe, *args], cwd=cwd, env=full_env, stdin=inp, capture_output=True, text=True,
+                                       errors="replace", timeout=timeout)
+            log = Log(proc.stdout + proc.stderr)
+            returncode = proc.returncode
     log.returncode = returncode
     if check and returncode != 0:
         raise AssertionError(f"{command} exited {returncode}:\n{log[-6000:]}")

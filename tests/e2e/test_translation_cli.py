@@ -1,5 +1,6 @@
 """linear_transformer through the real command lines: the catalog data script, fairseq-train --task translation,
-fairseq-generate (beam 5, sacrebleu and chrF scoring), fairseq-interactive, the hub's translate(), hydra."""
+fairseq-generate (beam 5, sacrebleu and chrF scoring), fairseq-interactive (a source too long is skipped), the
+hub's translate(), hydra."""
 import re
 
 import pytest
@@ -54,6 +55,24 @@ def test_interactive(catalog_data, linear_mt):
               "--beam", "5", "--cpu", "--bpe", "sentencepiece", "--sentencepiece-model", catalog_data / SPM,
               "--source-lang", "en", "--target-lang", "de", "--input", catalog_data / "raw" / "valid.en")
     assert len(re.findall(r"^H-\d+\t", log, re.M)) == len((catalog_data / "raw" / "valid.en").read_text().splitlines())
+
+
+def test_interactive_skips_a_source_too_long_and_reads_on(catalog_data, linear_mt):
+    """A source longer than the 1,024 positions ended the session ('Size of sample #0 is invalid'); now one warning
+    naming the options, and the next line is translated. With them, the line is translated."""
+    long_line = " ".join(["cannot open file"] * 90)  # 1,081 tokens with </s>
+    interactive = ["fairseq-interactive", catalog_data, "--user-dir", USER_DIR, "--path",
+                   linear_mt / "checkpoint_last.pt", "--beam", "2", "--cpu", "--bpe", "sentencepiece",
+                   "--sentencepiece-model", catalog_data / SPM, "--source-lang", "en", "--target-lang", "de"]
+    log = run(*interactive, input=f"cannot open file\n{long_line}\nshared message\n")
+    assert re.findall(r"^H-(\d+)\t", log, re.M) == ["0", "2"] and "Traceback" not in log, log[-3000:]
+    (skipped,) = [line for line in log.splitlines() if "skipped" in line]
+    options = '''--max-source-positions 2048 --model-overrides "{'max_source_positions': 2048}"'''
+    assert "line 2 skipped: 1081 tokens, more than the 1024 positions allowed" in skipped
+    assert skipped.endswith(options)
+    log = run(*interactive, "--max-source-positions", "2048", "--model-overrides", "{'max_source_positions': 2048}",
+              input=f"{long_line}\n")
+    assert re.findall(r"^H-(\d+)\t", log, re.M) == ["0"] and "skipped" not in log, log[-3000:]
 
 
 def test_hub_translate_is_rnn_decoding(catalog_data, linear_mt):
