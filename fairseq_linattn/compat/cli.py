@@ -82,6 +82,9 @@ def command_line_problem(args):
         return (f"--context-window {window} must be smaller than --tokens-per-sample {sample}: each window scores "
                 f"{sample} - {window} new tokens after {window} tokens of context (e.g. --context-window "
                 f"{sample // 2})")
+    problem = task_problem(args)
+    if problem:
+        return problem
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     from ..attention.options import check_heads
@@ -102,4 +105,24 @@ def command_line_problem(args):
             return str(error)
         except (TypeError, KeyError):  # a value only the model's build knows: it checks them there
             pass
+    return None
+
+
+def task_problem(args):
+    """Our tasks' option checks; for fairseq-train (the only parser with --max-update: validate and generate take
+    the criterion from the checkpoint) also the criterion the task needs."""
+    if getattr(args, "task", None) != "associative_recall" or not hasattr(args, "num_keys"):
+        return None  # (fairseq-validate reads the task's options from the checkpoint, not from its command line)
+    from ..tasks.associative_recall import AssociativeRecallTask
+
+    try:
+        AssociativeRecallTask.check(args)
+        for split in str(getattr(args, "valid_subset", "") or "").split(","):
+            AssociativeRecallTask.split_shapes(args, split)
+    except ValueError as error:
+        return str(error)
+    criterion = getattr(args, "criterion", None)
+    if hasattr(args, "max_update") and criterion != AssociativeRecallTask.CRITERION:
+        return (f"--task associative_recall scores the asked positions only: use --criterion "
+                f"{AssociativeRecallTask.CRITERION}, not {criterion}")
     return None

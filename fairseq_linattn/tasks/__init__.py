@@ -1,0 +1,2 @@
+"""fairseq tasks of the plugin; importing this module registers them."""
+from . import associative_recall  # noqa: F401
