@@ -1,0 +1,61 @@
+"""The data scripts through their real command lines: a user's mistake (empty or missing input, a folder that does
+not exist, a vocabulary the text cannot fill, too few message catalogs, a GLUE file with no examples) is argparse's
+one line and exit status 2, found before anything is written, and the output folder is as it was (absent if it
+did not exist; its old files otherwise)."""
+import pytest
+
+from .cli import ROOT, python
+
+LM, TRANSLATION, GLUE = (f"{ROOT}/scripts/{name}.py" for name in ("prepare_lm_data", "prepare_translation_data",
+                                                                  "preprocess_glue"))
+TEXT = "".join(f"line {i} of a small text with words like alpha beta gamma\n" for i in range(50))
+
+
+def assert_one_line_error(log, script, message):
+    """The command ended with ``<script>: error: ...message...``, exit 2, and no traceback."""
+    last = log.strip().splitlines()[-1]
+    assert log.returncode == 2 and last.startswith(f"{script}: error: ") and message in last, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
+
+
+def write(path, text):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
+LM_CASES = {  # files in raw/ (None: absent), extra arguments, the message
+    "empty train and valid": ({"train.txt": "", "valid.txt": ""}, [], "raw/train.txt is empty (or has no text lines)"),
+    "blank lines only": ({"train.txt": TEXT, "valid.txt": "\n  \n"}, [], "raw/valid.txt is empty (or has no text lines)"),
+    "no valid.txt": ({"train.txt": TEXT}, [], "the valid text RAW/valid.txt is not found"),
+    "no raw dir": (None, [], "--raw-dir RAW does not exist"),
+    "not UTF-8": ({"train.txt": TEXT, "valid.txt": b"caf\xe9\n"}, ["--vocab-size", "100", "--soft-vocab-limit"],
+                  "raw/valid.txt is not UTF-8 text (b'\\xe9' cannot be decoded)"),
+    "vocabulary too large": ({"train.txt": TEXT, "valid.txt": TEXT}, ["--vocab-size", "5000"],
+                             "vocab_size=5000 is too large for the training text"),
+    "vocabulary too small": ({"train.txt": TEXT, "valid.txt": TEXT}, ["--vocab-size", "10"],
+                             "vocab_size=10 is too small for the training text"),
+    "a file that is no sentencepiece model": ({"train.txt": TEXT, "valid.txt": TEXT}, ["--spm-model", "RAW/train.txt"],
+                                              "raw/train.txt is not a sentencepiece model"),
+}
+
+
+@pytest.mark.parametrize("destination", ["new", "existing"])
+@pytest.mark.parametrize("case", LM_CASES)
+def test_prepare_lm_data_mistakes_are_one_line_and_leave_no_output(case, destination, tmp_path):
+    files, extra, message = LM_CASES[case]
+    raw = tmp_path / "raw"
+    for name, text in (files or {}).items():
+        write(raw / name, text)
+    destdir = tmp_path / "out" / "data-bin"  # "new": neither it nor its parent exists
+    if destination == "existing":
+        write(destdir / "dict.txt", "old dictionary\n")
+    args = [str(a).replace("RAW", str(raw)) for a in extra]
+    # the first case starts the script for real (the rest are forked, without the imports)
+    log = python(LM, "--raw-dir", raw, "--destdir", destdir, *args, check=False, subprocess=case == "empty train and valid")
+    assert_one_line_error(log, "prepare_lm_data.py", message.replace("RAW", str(raw)))
+    if destination == "new":
+        assert not (tmp_path / "out").exists()
+    else:
+        assert [p.name for p in destdir.iterdir()] == ["dict.txt"] and (destdir / "dict.txt").read_text() == "old dictionary\n"
+    assert not list(tmp_path.glob("**/*.partial"))
