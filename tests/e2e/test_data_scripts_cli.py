@@ -4,6 +4,7 @@ one line and exit status 2, found before anything is written, and the output fol
 did not exist; its old files otherwise)."""
 import pytest
 
+from ..data.mo_files import numbered_catalogs
 from .cli import ROOT, python
 
 LM, TRANSLATION, GLUE = (f"{ROOT}/scripts/{name}.py" for name in ("prepare_lm_data", "prepare_translation_data",
@@ -59,3 +60,24 @@ def test_prepare_lm_data_mistakes_are_one_line_and_leave_no_output(case, destina
     else:
         assert [p.name for p in destdir.iterdir()] == ["dict.txt"] and (destdir / "dict.txt").read_text() == "old dictionary\n"
     assert not list(tmp_path.glob("**/*.partial"))
+
+
+def test_prepare_translation_data_tells_a_missing_locale_dir_from_one_without_catalogs(tmp_path):
+    destdir = tmp_path / "data-bin"
+    log = python(TRANSLATION, "--destdir", destdir, "--locale-dir", tmp_path / "locale-typo", check=False,
+                 subprocess=True)
+    assert_one_line_error(log, "prepare_translation_data.py", f"--locale-dir {tmp_path}/locale-typo does not exist")
+    (tmp_path / "empty").mkdir()
+    log = python(TRANSLATION, "--destdir", destdir, "--locale-dir", tmp_path / "empty", check=False)
+    assert_one_line_error(log, "prepare_translation_data.py", "found no English->de message catalogs (looked for "
+                          f"{tmp_path}/empty/de/LC_MESSAGES/*.mo)")
+    locale = numbered_catalogs(tmp_path / "locale", catalogs=3, per_catalog=20)
+    log = python(TRANSLATION, "--destdir", destdir, "--locale-dir", locale / "de", check=False)
+    assert_one_line_error(log, "prepare_translation_data.py", f"{locale}/de holds the catalogs themselves: --locale-dir "
+                          f"takes the folder above the language folders ({locale})")
+    log = python(TRANSLATION, "--destdir", destdir, "--locale-dir", locale, check=False)
+    assert_one_line_error(log, "prepare_translation_data.py", "found 66 English->de message pairs in 3 catalogs")
+    numbered_catalogs(tmp_path / "two", catalogs=2, per_catalog=20)
+    log = python(TRANSLATION, "--destdir", destdir, "--locale-dir", tmp_path / "two", "--min-pairs", "10", check=False)
+    assert_one_line_error(log, "prepare_translation_data.py", "found 2 catalog(s): the splits take whole catalogs")
+    assert not destdir.exists()
