@@ -81,3 +81,25 @@ def test_prepare_translation_data_tells_a_missing_locale_dir_from_one_without_ca
     log = python(TRANSLATION, "--destdir", destdir, "--locale-dir", tmp_path / "two", "--min-pairs", "10", check=False)
     assert_one_line_error(log, "prepare_translation_data.py", "found 2 catalog(s): the splits take whole catalogs")
     assert not destdir.exists()
+
+
+@pytest.fixture
+def glue_inputs(spm_data, tmp_path):
+    """A custom task in GLUE layout whose dev.tsv holds its header only, the pretraining data-bin's sentencepiece
+    model and dictionary, and an OUT folder with the task's binarized files of an earlier run."""
+    data, spm_model = spm_data
+    write(tmp_path / "glue" / "cls" / "train.tsv", "text\tlabel\nalpha beta\t0\ngamma\t1\n")
+    write(tmp_path / "glue" / "cls" / "dev.tsv", "text\tlabel\n")
+    write(tmp_path / "out" / "cls-bin" / "input0" / "dict.txt", "from an earlier run\n")
+    return ["--spm-model", spm_model, "--dict", data / "dict.txt", "--custom-task", "cls", "--input-columns", "0",
+            "--label-column", "1", "--header", "--out", tmp_path / "out"]
+
+
+def test_preprocess_glue_refuses_a_split_without_examples_and_keeps_the_old_output(glue_inputs, tmp_path):
+    log = python(GLUE, tmp_path / "glue", *glue_inputs, check=False, subprocess=True)
+    assert_one_line_error(log, "preprocess_glue.py", f"{tmp_path}/glue/cls/dev.tsv has no examples: it is empty or holds "
+                          "only its header row")
+    assert [str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*")] == [
+        "cls-bin", "cls-bin/input0", "cls-bin/input0/dict.txt"]  # the earlier run's, untouched
+    log = python(GLUE, tmp_path / "no-glue", *glue_inputs, check=False)
+    assert_one_line_error(log, "preprocess_glue.py", f"GLUE data folder not found: {tmp_path}/no-glue")
