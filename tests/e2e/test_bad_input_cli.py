@@ -5,6 +5,7 @@ and --bf16 trains on CPU."""
 import re
 
 import pytest
+import torch
 
 from .cli import COMMON, LANGUAGE_MODEL, MASKED_LM, MODELS, USER_DIR, run
 
@@ -57,6 +58,9 @@ BAD_OPTIONS = {
     "heads-linformer": ([*MLM, "--arch", "linformer_roberta_base", "--encoder-attention-heads", "3"],
                         "--encoder-attention-heads 3 must divide --encoder-embed-dim 64"),
     "heads-lm": ([*LM, "--decoder-attention-heads", "6"], "--decoder-attention-heads 6 must divide --decoder-embed-dim 64"),
+    # fairseq died building its fp16 optimizer ("Torch not compiled with CUDA enabled"); a machine without a GPU only
+    **({"fp16-without-a-gpu": ([*LM, "--fp16"], "--fp16 trains on a CUDA GPU and torch sees none on this machine: "
+                                                "pass --cpu")} if not torch.cuda.is_available() else {}),
 }
 
 
