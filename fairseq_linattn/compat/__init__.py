@@ -9,9 +9,11 @@ and docs/reliability.md list them.
 * :mod:`.distributed`: CPU workers (spawn, torchrun, DDP), workers that die with their parent, a message
   when one dies, FSDP refused without CUDA.
 * :mod:`.data`: numpy 2's missing ``np.compat``; "every sample was too long" and "0 tokens evaluated" are errors.
-* :mod:`.cli`: ``--help`` lists the options of the arch, task and criterion the command line names.
+* :mod:`.cli`: ``--help`` lists the options of the arch, task and criterion the command line names; mistakes
+  fairseq finds late are one line when the command line is parsed.
+* :mod:`.generate`: no "BLEU on BPE tokens" warning where fairseq-generate scores sentencepiece output as text.
 """
-from . import checkpoints, cli, data, distributed
+from . import checkpoints, cli, data, distributed, generate
 
 _APPLIED = False
 
@@ -24,4 +26,5 @@ def apply_fairseq_fixes():
     distributed.apply()
     data.apply()
     cli.apply()
+    generate.apply()
     _APPLIED = True

@@ -61,6 +61,15 @@ def test_fp16_training_without_a_gpu(monkeypatch, capsys, tmp_path):
     assert options.parse_args_and_arch(options.get_training_parser()).fp16
 
 
+def test_sentencepiece_decoded_twice(monkeypatch, capsys, tmp_path):
+    line = parse_error(monkeypatch, capsys, options.get_generation_parser, "fairseq-generate", str(tmp_path), "--path",
+                       "m.pt", "--bpe", "sentencepiece", "--post-process", "sentencepiece")
+    assert line.startswith("fairseq-generate: error: --post-process sentencepiece and --bpe sentencepiece both decode")
+    monkeypatch.setattr(sys, "argv", ["fairseq-generate", str(tmp_path), "--path", "m.pt", "--post-process",
+                                      "sentencepiece"])  # alone, each decodes once
+    assert options.parse_args_and_arch(options.get_generation_parser()).post_process == "sentencepiece"
+
+
 def test_good_command_lines_parse_as_before(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "argv", ["fairseq-eval-lm", str(tmp_path), "--path", "m.pt", "--tokens-per-sample",
                                       "64", "--context-window", "32"])
