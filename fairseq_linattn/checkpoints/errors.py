@@ -9,6 +9,11 @@ class CorruptCheckpointError(CheckpointError):
     """Empty, truncated or otherwise unreadable: most often a write cut off by a kill or a full disk."""
 
 
+class NotACheckpointError(CorruptCheckpointError):
+    """A file of another kind (not a zip archive or pickle that torch.save wrote): a wrong path, not a cut-off write.
+    (A CorruptCheckpointError too, for callers that catch that: neither can be loaded.)"""
+
+
 class UnsafeCheckpointError(CheckpointError):
     """The file pickles Python objects that no fairseq checkpoint holds; unpickling them could run code."""
 

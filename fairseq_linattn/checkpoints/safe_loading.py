@@ -18,13 +18,13 @@ import os
 import pickle
 import re
 import typing
-from typing import Any, List, Tuple, Union
+from typing import Any, List, Optional, Tuple, Union
 
 import numpy
 import torch
 
-from .errors import CorruptCheckpointError, UnsafeCheckpointError
-from .integrity import unreadable_reason
+from .errors import CorruptCheckpointError, NotACheckpointError, UnsafeCheckpointError
+from .integrity import NOT_A_CHECKPOINT, unreadable_reason
 
 logger = logging.getLogger(__name__)
 
@@ -77,10 +77,15 @@ def safe_torch_load(f, *args, extra_globals=(), **kwargs):
     """``torch.load`` with ``weights_only=True`` and fairseq's allow-list (plus ``extra_globals``).
 
     Raises :class:`UnsafeCheckpointError` for a file that pickles anything else (unless the user trusts
-    checkpoints, see the module doc) and :class:`CorruptCheckpointError` for an empty or truncated file.
+    checkpoints, see the module doc), :class:`CorruptCheckpointError` for an empty or truncated file and
+    :class:`NotACheckpointError` (one of those) for a file of another kind.
     """
     kwargs.pop("weights_only", None)
     name = getattr(f, "name", f)
+    local = isinstance(name, str) and os.path.isfile(name)
+    if local and (unreadable_reason(name) or "").startswith(NOT_A_CHECKPOINT):
+        # before torch.load: on a file of another kind it fails with whatever its unpickler trips on (KeyError...)
+        raise _unreadable(name, None)
     if trusted_by_user():
         logger.warning(f"loading {name} with weights_only=False ({TRUST_VARIABLE} / {_TORCH_TRUST_VARIABLE} is set): "
                        "the file may run code while it is unpickled")
@@ -92,9 +97,9 @@ def safe_torch_load(f, *args, extra_globals=(), **kwargs):
         # torch reports every unpickling failure under weights_only as "Weights only load failed"; only one
         # that names a global the allow-list lacks, in a file that is whole, is a file asking to run code
         found = re.search(r"GLOBAL ([\w.]+)", str(error))
-        whole = not isinstance(name, str) or not os.path.isfile(name) or unreadable_reason(name) is None
+        whole = not local or unreadable_reason(name) is None
         if not (found and whole):
-            raise CorruptCheckpointError(_corrupt_message(name, error)) from error
+            raise _unreadable(name, error) from error
         raise UnsafeCheckpointError(
             f"refusing to load {name}: it pickles {found.group(1)}, which no fairseq checkpoint contains, and "
             f"unpickling it could run code from the file. If you trust this file (e.g. a checkpoint written by "
@@ -103,13 +108,18 @@ def safe_torch_load(f, *args, extra_globals=(), **kwargs):
     except (EOFError, RuntimeError) as error:
         if isinstance(error, RuntimeError) and not any(sign in str(error) for sign in _ARCHIVE_ERRORS):
             raise  # e.g. a CUDA tensor without map_location: not the file's fault
-        raise CorruptCheckpointError(_corrupt_message(name, error)) from error
+        raise _unreadable(name, error) from error
 
 
-def _corrupt_message(name, error) -> str:
+def _unreadable(name, error: Optional[BaseException]) -> CorruptCheckpointError:
+    """The error for a file torch cannot load (``error``: what torch.load raised): a file of another kind (a wrong
+    path), or a damaged checkpoint."""
     reason = unreadable_reason(name) if isinstance(name, str) and os.path.isfile(name) else None
+    if reason is not None and reason.startswith(NOT_A_CHECKPOINT):
+        return NotACheckpointError(f"cannot load {name}: {reason}. Check that the path names a checkpoint that "
+                                   "fairseq-train saved (checkpoint_best.pt, checkpoint_last.pt, ...).")
     reason = reason or f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'no data'}"
-    return (
+    return CorruptCheckpointError(
         f"cannot load {name}: {reason}. It was most likely cut off while being written (a kill or a full disk). "
         "Use another checkpoint of the run; when fairseq-train resumes, it falls back to the newest intact "
         "checkpoint by itself."

@@ -9,13 +9,15 @@ and docs/reliability.md list them.
 * :mod:`.distributed`: CPU workers (spawn, torchrun, DDP), workers that die with their parent, a message
   when one dies, FSDP refused without CUDA.
 * :mod:`.data`: numpy 2's missing ``np.compat``; "every sample was too long" and "0 tokens evaluated" are errors.
-* :mod:`.cli`: ``--help`` lists the options of the arch, task and criterion the command line names.
+* :mod:`.cli`: ``--help`` lists the options of the arch, task and criterion the command line names; mistakes
+  fairseq finds late are one line when the command line is parsed.
 * :mod:`.generation`: a length capped at the model's positions is a warning naming the override, a min_len above it
   an error.
 * :mod:`.interactive`: fairseq-interactive skips a line too long for the model, and replaces bytes that are not
   UTF-8, with a warning each, and reads on.
+* :mod:`.scoring`: no "BLEU on BPE tokens" warning where fairseq-generate scores sentencepiece output as text.
 """
-from . import checkpoints, cli, data, distributed, generation, interactive
+from . import checkpoints, cli, data, distributed, generation, interactive, scoring
 
 _APPLIED = False
 
@@ -30,4 +32,5 @@ def apply_fairseq_fixes():
     cli.apply()
     generation.apply()
     interactive.apply()
+    scoring.apply()
     _APPLIED = True

@@ -10,8 +10,11 @@ prints its help. (The plugin is imported from ``--user-dir`` while fairseq build
 
 After the parse, :func:`command_line_problem` looks for what would otherwise fail later with a traceback: our
 models' attention options (checked when the model is built, after data loading), ``--beam 0`` (fails in the
-middle of generation) and ``fairseq-eval-lm --context-window`` not below ``--tokens-per-sample`` (a bare
-ValueError). Each is argparse's ``<command>: error: <message>`` and exit status 2.
+middle of generation), ``fairseq-eval-lm --context-window`` not below ``--tokens-per-sample`` (a bare
+ValueError), ``fairseq-train --fp16`` where torch sees no CUDA GPU ("Torch not compiled with CUDA enabled"
+when the optimizer is built) and ``--post-process sentencepiece`` with ``--bpe sentencepiece`` (the text decoded
+twice: words without spaces between them, scored without a word). Each is argparse's ``<command>: error:
+<message>`` and exit status 2.
 """
 import argparse
 import sys
@@ -77,6 +80,20 @@ def command_line_problem(args):
     beam = getattr(args, "beam", None)
     if beam is not None and beam < 1:
         return f"--beam is the number of hypotheses kept per sentence and must be at least 1, got {beam}"
+    training = getattr(args, "max_update", None) is not None  # (only fairseq-train's parser has it)
+    if training and (getattr(args, "fp16", False) or getattr(args, "memory_efficient_fp16", False)):
+        import torch
+
+        # fairseq's fp16 optimizer puts its fp32 copy of the weights on torch.cuda.current_device(): without CUDA it
+        # died there, after the data and model were loaded
+        if not torch.cuda.is_available():
+            return ("--fp16 trains on a CUDA GPU and torch sees none on this machine: pass --cpu instead (or --bf16 "
+                    "--cpu for 16-bit training on the CPU)")
+    if getattr(args, "bpe", None) == "sentencepiece" and getattr(args, "post_process", None) == "sentencepiece":
+        # each removes the pieces' spaces and turns "▁" into a space: twice, the words run together (T-/D- lines,
+        # and the scores computed on them), silently
+        return ("--post-process sentencepiece and --bpe sentencepiece both decode the pieces, and decoded twice the "
+                "words lose their spaces: pass only --bpe sentencepiece (with its --sentencepiece-model)")
     window, sample = getattr(args, "context_window", 0) or 0, getattr(args, "tokens_per_sample", None)
     if window > 0 and sample is not None and window >= sample:
         return (f"--context-window {window} must be smaller than --tokens-per-sample {sample}: each window scores "

@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
+from .inputs import InputError, MissingInputError
+
 Pair = Tuple[str, str]
 logger = logging.getLogger(__name__)
 
@@ -43,12 +45,21 @@ MORE_CATALOGS_HINT = (
 )
 
 
-class TooFewCatalogsError(RuntimeError):
+class TooFewCatalogsError(InputError, RuntimeError):
     """The machine has too few German message catalogs for a translation corpus."""
 
 
 class UnreadableCatalog(ValueError):
     """A .mo file that gettext cannot read."""
+
+
+def check_locale_dirs(locale_dirs: Sequence[str | Path], language: str = "de") -> None:
+    """The folders a user named with ``--locale-dir`` must exist (of the default ones, a machine has some)."""
+    for root in map(Path, locale_dirs):
+        if not root.is_dir():
+            raise MissingInputError(
+                f"--locale-dir {root} {'is a file' if root.exists() else 'does not exist'}: name a folder that holds "
+                f"{language}/LC_MESSAGES/*.mo, such as /usr/share/locale")
 
 
 def find_catalogs(language: str = "de", locale_dirs: Sequence[str | Path] = LOCALE_DIRS,
@@ -93,6 +104,10 @@ def split_by_catalog(catalogs: Dict[str, List[Pair]], seed: int = 1,
                      shares: Dict[str, float] = SHARES) -> Dict[str, List[Pair]]:
     """Whole catalogs to test and valid (in a seeded order, each up to its share of all pairs, at least one
     catalog each), the rest to train; then pairs deduplicated test first, valid, train."""
+    if len(catalogs) < len(SPLITS):  # else a split would be empty, and sentencepiece or fairseq-preprocess fail on it
+        raise TooFewCatalogsError(
+            f"found {len(catalogs)} catalog(s): the splits take whole catalogs (no program in two splits), so test, "
+            f"valid and train need at least {len(SPLITS)}. {MORE_CATALOGS_HINT}")
     total = sum(len(p) for p in catalogs.values())
     names = sorted(catalogs)
     random.Random(seed).shuffle(names)
@@ -117,6 +132,9 @@ def split_by_catalog(catalogs: Dict[str, List[Pair]], seed: int = 1,
         pairs = dict.fromkeys(pair for name in sorted(assigned[split]) for pair in catalogs[name])  # in order, once
         splits[split] = [pair for pair in pairs if pair not in seen]
         seen.update(splits[split])
+        if not splits[split]:
+            raise TooFewCatalogsError(f"the {split} split's catalogs ({', '.join(sorted(assigned[split]))}) hold no pair "
+                                      f"that an earlier split does not have. {MORE_CATALOGS_HINT}")
     return splits
 
 
@@ -134,12 +152,31 @@ def collect(language: str = "de", locale_dirs: Sequence[str | Path] = LOCALE_DIR
             logger.warning("skipped %s", error)
     total = sum(len(p) for p in catalogs.values())
     if total < min_pairs:
-        raise TooFewCatalogsError(
-            f"found {total} English->{language} message pairs in {len(catalogs)} catalogs under "
-            f"{', '.join(map(str, locale_dirs))}{' and site-packages' if python_packages else ''}; at least "
-            f"{min_pairs} are needed. {MORE_CATALOGS_HINT}"
-        )
+        where = _where(locale_dirs, language, python_packages)
+        found = (f"found {total} English->{language} message pairs in {len(catalogs)} catalogs (looked for {where}); "
+                 f"at least {min_pairs} are needed (--min-pairs)" if catalogs else
+                 f"found no English->{language} message catalogs (looked for {where})")
+        raise TooFewCatalogsError(f"{found}. {_one_level_too_deep(locale_dirs, language)}{MORE_CATALOGS_HINT}")
     return catalogs
+
+
+def _where(locale_dirs: Sequence[str | Path], language: str, python_packages: bool) -> str:
+    """The patterns :func:`find_catalogs` globbed, each folder that does not exist said so."""
+    where = [f"{Path(root) / language / 'LC_MESSAGES' / '*.mo'}{'' if Path(root).is_dir() else ' (no such folder)'}"
+             for root in locale_dirs]
+    if python_packages:
+        where.append(f"site-packages/**/locale/{language}/LC_MESSAGES/*.mo")
+    return ", ".join(where)
+
+
+def _one_level_too_deep(locale_dirs: Sequence[str | Path], language: str) -> str:
+    """A hint for a folder named one or two levels too deep (the language's folder, or its LC_MESSAGES)."""
+    for root in map(Path, locale_dirs):
+        if (root / "LC_MESSAGES").is_dir() or (root.is_dir() and any(root.glob("*.mo"))):
+            above = root.parent if (root / "LC_MESSAGES").is_dir() else root.parent.parent
+            return (f"{root} holds the catalogs themselves: --locale-dir takes the folder above the language folders "
+                    f"({above}). ")
+    return ""
 
 
 def write_splits(splits: Dict[str, List[Pair]], out: Path, source: str = "en", target: str = "de") -> Dict[str, int]:
@@ -167,9 +204,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1, help="the order in which catalogs are drawn for test/valid")
     args = parser.parse_args(argv)
     try:
+        check_locale_dirs(args.locale_dir or (), args.language)
         counts = extract(args.out, args.language, args.locale_dir or LOCALE_DIRS, args.python_packages, args.seed)
-    except TooFewCatalogsError as error:
-        parser.exit(2, f"error: {error}\n")
+    except InputError as error:
+        parser.error(str(error))
     print(f"{args.out}: " + ", ".join(f"{split} {n} pairs" for split, n in counts.items()))
 
 

@@ -29,6 +29,8 @@ from typing import Sequence
 from sentencepiece import SentencePieceProcessor
 
 from fairseq_linattn.data import run_fairseq_preprocess
+from fairseq_linattn.data.inputs import InputError, MissingInputError
+from fairseq_linattn.data.output_folder import staged
 from fairseq_linattn.data.spm import encode_lines, load_model
 
 # Share of sentencepiece pieces missing from the dictionary above which the pair (model, dict) is
@@ -72,7 +74,7 @@ GLUE_TASKS = {
 ALL_TASKS = ("QQP", "MNLI", "QNLI", "MRPC", "RTE", "STS-B", "SST-2", "CoLA")
 
 
-class GlueFormatError(ValueError):
+class GlueFormatError(InputError):
     """A GLUE file is missing or does not have the expected layout."""
 
 
@@ -174,6 +176,10 @@ def prepare_task(spec: TaskSpec, glue_dir: Path, out_dir: Path, processor: Sente
         rows = read_tsv(path, header)
         if spec.num_fields is not None and kind != "test":
             rows = [(n, fields) for n, fields in rows if len(fields) == spec.num_fields]
+        if not rows:  # fairseq-preprocess would binarize an empty split, and training fail on it much later
+            raise GlueFormatError(
+                f"{path} has no examples: it is empty{' or holds only its header row' if header else ''}"
+                f"{f' (or no line with {spec.num_fields} tab-separated fields)' if spec.num_fields else ''}")
         stem = path.stem
         for i, column in enumerate(input_columns):
             encoded = encode_lines(processor, _column(rows, column, path, spec, f"input{i}"))
@@ -222,13 +228,13 @@ def preprocess_glue(glue_dir: str | Path, tasks: Sequence[TaskSpec], out_dir: st
     if not glue_dir.is_dir():
         raise GlueFormatError(f"GLUE data folder not found: {glue_dir}")
     if not srcdict.is_file():
-        raise FileNotFoundError(f"dictionary not found: {srcdict} (the pretraining data-bin's dict.txt)")
+        raise MissingInputError(f"dictionary not found: {srcdict} (the pretraining data-bin's dict.txt)")
     processor = load_model(spm_model)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="glue-encoded-") as work_dir:
+    # every task's <TASK>-bin or none, and an old one replaced only by a whole new one (:mod:`.output_folder`)
+    with staged(out_dir) as staging, tempfile.TemporaryDirectory(prefix="glue-encoded-") as work_dir:
         invocations = []
         for spec in tasks:
-            invocations += prepare_task(spec, glue_dir, out_dir, processor, srcdict, Path(work_dir) / spec.name,
+            invocations += prepare_task(spec, glue_dir, staging, processor, srcdict, Path(work_dir) / spec.name,
                                         workers)
         # Each invocation already runs `workers` processes: keep the total near the CPU count.
         run_fairseq_preprocess(*invocations, parallel=max(1, (os.cpu_count() or 1) // workers))
@@ -268,8 +274,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         for bin_dir in preprocess_glue(args.glue_dir, tasks, args.out, args.spm_model, args.dict, args.workers):
             print(f"wrote {bin_dir}")
-    except (GlueFormatError, FileNotFoundError) as error:
-        sys.exit(f"error: {error}")
+    except InputError as error:
+        parser.error(str(error))
 
 
 if __name__ == "__main__":

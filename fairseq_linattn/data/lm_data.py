@@ -17,10 +17,13 @@ import tempfile
 from pathlib import Path
 
 from fairseq_linattn.data import run_fairseq_preprocess
+from fairseq_linattn.data.inputs import InputError, check_existing, check_text_file
+from fairseq_linattn.data.output_folder import staged
 from fairseq_linattn.data.spm import (
     DEFAULT_CHARACTER_COVERAGE,
     DEFAULT_VOCAB_SIZE,
     encode_file,
+    load_model,
     train_sentencepiece,
 )
 
@@ -39,37 +42,41 @@ def prepare_lm_data(
     srcdict: str | Path | None = None,
     workers: int = 2,
     seed: int = 0,
+    hard_vocab_limit: bool = True,
 ) -> Path:
-    """Binarize raw text into destdir (see the module docstring); returns destdir."""
+    """Binarize raw text into destdir (see the module docstring); returns destdir.
+
+    Every input is checked before anything is written (:class:`~.inputs.InputError` names the one at fault), and
+    destdir is written whole or not at all (:mod:`.output_folder`)."""
     raw = {"train": Path(train), "valid": Path(valid), **({"test": Path(test)} if test else {})}
     for split, path in raw.items():
-        if not path.is_file():
-            raise FileNotFoundError(f"{split} text not found: {path}")
-    if srcdict is not None and not Path(srcdict).is_file():
-        raise FileNotFoundError(f"--srcdict not found: {srcdict}")
+        check_text_file(path, f"the {split} text", f"a text file with one paragraph per line (an empty line between "
+                                                   f"documents) is needed for the {split} split (--raw-dir or --{split})")
+    check_existing(srcdict, "--srcdict", "the dict.txt of an existing data-bin")
+    check_existing(spm_model, "--spm-model", "a sentencepiece .model file (e.g. a data-bin's sentencepiece.bpe.model)")
+    if spm_model is not None:
+        load_model(spm_model)  # a file of another kind is an InputError now, not after the folder is made
     destdir = Path(destdir)
-    destdir.mkdir(parents=True, exist_ok=True)
-    model_path = destdir / SPM_MODEL_NAME
-    if spm_model is None:
-        train_sentencepiece([raw["train"]], model_path.with_suffix(""), vocab_size, model_type,
-                            character_coverage, seed=seed, num_threads=workers)
-    elif Path(spm_model).resolve() != model_path.resolve():
-        if not Path(spm_model).is_file():
-            raise FileNotFoundError(f"--spm-model not found: {spm_model}")
-        shutil.copyfile(spm_model, model_path)
+    with staged(destdir) as staging:
+        model_path = staging / SPM_MODEL_NAME
+        if spm_model is None:
+            train_sentencepiece([raw["train"]], model_path.with_suffix(""), vocab_size, model_type,
+                                character_coverage, seed=seed, num_threads=workers, hard_vocab_limit=hard_vocab_limit)
+        else:
+            shutil.copyfile(spm_model, model_path)
 
-    with tempfile.TemporaryDirectory(prefix="spm-encoded-") as encoded_dir:
-        prefixes = {}
-        for split, path in raw.items():
-            prefixes[split] = Path(encoded_dir) / split
-            encode_file(model_path, path, prefixes[split])
-        args = ["--only-source", "--destdir", str(destdir), "--workers", str(workers),
-                "--trainpref", str(prefixes["train"]), "--validpref", str(prefixes["valid"])]
-        if "test" in prefixes:
-            args += ["--testpref", str(prefixes["test"])]
-        if srcdict is not None:
-            args += ["--srcdict", str(srcdict)]
-        run_fairseq_preprocess(args)
+        with tempfile.TemporaryDirectory(prefix="spm-encoded-") as encoded_dir:
+            prefixes = {}
+            for split, path in raw.items():
+                prefixes[split] = Path(encoded_dir) / split
+                encode_file(model_path, path, prefixes[split])
+            args = ["--only-source", "--destdir", str(staging), "--workers", str(workers),
+                    "--trainpref", str(prefixes["train"]), "--validpref", str(prefixes["valid"])]
+            if "test" in prefixes:
+                args += ["--testpref", str(prefixes["test"])]
+            if srcdict is not None:
+                args += ["--srcdict", str(srcdict)]
+            run_fairseq_preprocess(args)
     return destdir
 
 
@@ -84,6 +91,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--destdir", type=Path, required=True, help="data-bin folder to write")
     parser.add_argument("--spm-model", type=Path, help="reuse this sentencepiece model instead of training one")
     parser.add_argument("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE)
+    parser.add_argument("--soft-vocab-limit", action="store_true",
+                        help="allow a smaller vocabulary when the train text cannot fill --vocab-size")
     parser.add_argument("--model-type", default="unigram", choices=["unigram", "bpe"])
     parser.add_argument("--character-coverage", type=float, default=DEFAULT_CHARACTER_COVERAGE)
     parser.add_argument("--srcdict", type=Path, help="reuse a fairseq dict.txt (e.g. a pretraining dictionary)")
@@ -98,11 +107,18 @@ def main(argv: list[str] | None = None) -> None:
             return args.raw_dir / f"{name}.txt"
         return None
 
+    if args.raw_dir is not None and not args.raw_dir.is_dir():
+        parser.error(f"--raw-dir {args.raw_dir} {'is a file' if args.raw_dir.exists() else 'does not exist'}: "
+                     "name the folder that holds train.txt and valid.txt")
     train, valid, test = pick(args.train, "train"), pick(args.valid, "valid"), pick(args.test, "test")
     if train is None or valid is None:
         parser.error("give --raw-dir, or --train and --valid")
-    destdir = prepare_lm_data(train, valid, args.destdir, test, args.spm_model, args.vocab_size, args.model_type,
-                              args.character_coverage, args.srcdict, args.workers, args.seed)
+    try:
+        destdir = prepare_lm_data(train, valid, args.destdir, test, args.spm_model, args.vocab_size, args.model_type,
+                                  args.character_coverage, args.srcdict, args.workers, args.seed,
+                                  hard_vocab_limit=not args.soft_vocab_limit)
+    except InputError as error:
+        parser.error(str(error))
     print(f"data-bin: {destdir} (dict.txt, train/valid{'/test' if test else ''}.bin/.idx, {SPM_MODEL_NAME})")
 
 

@@ -21,6 +21,8 @@ from typing import Iterable, Sequence
 
 import sentencepiece
 
+from .inputs import InputError, MissingInputError, has_text_line
+
 DEFAULT_VOCAB_SIZE = 8000
 # Characters outside this share of the training text become <unk>: rare symbols in docstrings
 # (box drawing, math) should not take vocabulary slots.
@@ -30,10 +32,17 @@ DEFAULT_CHARACTER_COVERAGE = 0.9999
 DEFAULT_INPUT_SENTENCE_SIZE = 1_000_000
 
 _VOCAB_TOO_HIGH = re.compile(r"Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+)")
+_VOCAB_TOO_LOW = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
 
 
-class VocabTooLargeError(ValueError):
+class VocabTooLargeError(InputError):
     """The training text cannot fill the requested vocabulary."""
+
+
+def not_utf8(path: str | Path, error: UnicodeDecodeError) -> InputError:
+    """The error for a text file in another encoding (sentencepiece and fairseq read UTF-8)."""
+    return InputError(f"{path} is not UTF-8 text ({error.object[error.start:error.start + 1]!r} cannot be decoded): "
+                      f"convert it, e.g. iconv -f latin1 -t utf-8 {path} > {Path(path).stem}.utf8.txt")
 
 
 def sample_lines(input_files: Sequence[str | Path], size: int, seed: int) -> list[str] | None:
@@ -47,16 +56,19 @@ def sample_lines(input_files: Sequence[str | Path], size: int, seed: int) -> lis
     seen = 0
     for path in input_files:
         with open(path, encoding="utf-8") as f:
-            for line in f:
-                if not line.strip():
-                    continue
-                if len(reservoir) < size:
-                    reservoir.append((seen, line))
-                else:
-                    slot = rng.randrange(seen + 1)
-                    if slot < size:
-                        reservoir[slot] = (seen, line)
-                seen += 1
+            try:
+                for line in f:
+                    if not line.strip():
+                        continue
+                    if len(reservoir) < size:
+                        reservoir.append((seen, line))
+                    else:
+                        slot = rng.randrange(seen + 1)
+                        if slot < size:
+                            reservoir[slot] = (seen, line)
+                    seen += 1
+            except UnicodeDecodeError as error:
+                raise not_utf8(path, error) from None
     return None if seen <= size else [line for _, line in sorted(reservoir)]
 
 
@@ -81,7 +93,10 @@ def train_sentencepiece(
     """
     missing = [str(p) for p in input_files if not Path(p).is_file()]
     if missing:
-        raise FileNotFoundError(f"sentencepiece training input not found: {', '.join(missing)}")
+        raise MissingInputError(f"sentencepiece training input not found: {', '.join(missing)}")
+    if not any(has_text_line(p) for p in input_files):  # sentencepiece: "INTERNAL: ... [!sentences_.empty()]"
+        raise InputError(f"{', '.join(map(str, input_files))}: empty (or no text lines): sentencepiece needs text "
+                         "to learn its pieces from")
     model_prefix = Path(model_prefix)
     model_prefix.parent.mkdir(parents=True, exist_ok=True)
     sample = sample_lines(input_files, input_sentence_size, seed)
@@ -104,6 +119,14 @@ def train_sentencepiece(
             minloglevel=1,  # warnings only: the INFO log is hundreds of lines per training
         )
     except RuntimeError as error:
+        too_low = _VOCAB_TOO_LOW.search(str(error))
+        if too_low is not None:
+            raise InputError(
+                f"vocab_size={vocab_size} is too small for the training text {[str(p) for p in input_files]}: its "
+                f"characters alone take {too_low.group(2)} pieces. Raise the vocabulary size (--vocab-size "
+                f"{too_low.group(2)} or more) or lower the character coverage (--character-coverage, now "
+                f"{character_coverage})."
+            ) from None
         too_high = _VOCAB_TOO_HIGH.search(str(error))
         if too_high is None:
             raise
@@ -122,8 +145,11 @@ def load_model(model: str | Path | sentencepiece.SentencePieceProcessor) -> sent
     if isinstance(model, sentencepiece.SentencePieceProcessor):
         return model
     if not Path(model).is_file():
-        raise FileNotFoundError(f"sentencepiece model not found: {model}")
-    return sentencepiece.SentencePieceProcessor(model_file=str(model))
+        raise MissingInputError(f"sentencepiece model not found: {model}")
+    try:
+        return sentencepiece.SentencePieceProcessor(model_file=str(model))
+    except RuntimeError as error:  # "INTERNAL: could not parse ModelProto from ..." for a file of another kind
+        raise InputError(f"{model} is not a sentencepiece model ({error})") from None
 
 
 def encode_lines(model: str | Path | sentencepiece.SentencePieceProcessor, lines: Iterable[str]) -> list[str]:
@@ -137,7 +163,10 @@ def encode_file(
 ) -> int:
     """Encode in_path line by line into out_path; returns the number of lines (empty lines kept)."""
     with open(in_path, encoding="utf-8") as f:
-        lines = [line.rstrip("\n") for line in f]
+        try:
+            lines = [line.rstrip("\n") for line in f]
+        except UnicodeDecodeError as error:
+            raise not_utf8(in_path, error) from None
     encoded = encode_lines(model, lines)
     Path(out_path).parent.mkdir(parents=True, exist_ok=True)
     with open(out_path, "w", encoding="utf-8") as f:
@@ -164,7 +193,13 @@ def main(argv: list[str] | None = None) -> None:
     encode.add_argument("--inputs", nargs="+", required=True)
     encode.add_argument("--outputs", nargs="+", required=True, help="one per input")
     args = parser.parse_args(argv)
+    try:
+        _run(parser, args)
+    except InputError as error:
+        parser.error(str(error))
 
+
+def _run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.command == "train":
         model_path = train_sentencepiece(
             args.inputs, args.model_prefix, args.vocab_size, args.model_type, args.character_coverage,

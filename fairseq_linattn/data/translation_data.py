@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Sequence
 
 from . import run_fairseq_preprocess
-from .catalogs import LOCALE_DIRS, MIN_PAIRS, TooFewCatalogsError, extract
+from .catalogs import LOCALE_DIRS, MIN_PAIRS, check_locale_dirs, collect, split_by_catalog, write_splits
+from .inputs import InputError
+from .output_folder import staged
 from .spm import encode_file, train_sentencepiece
 
 SPM_MODEL_NAME = "sentencepiece.bpe.model"
@@ -27,21 +29,23 @@ SOURCE, TARGET = "en", "de"
 def prepare_translation_data(destdir: str | Path, vocab_size: int = DEFAULT_VOCAB_SIZE,
                              locale_dirs: Sequence[str | Path] = LOCALE_DIRS, python_packages: bool = False,
                              seed: int = 1, workers: int = 2, min_pairs: int = MIN_PAIRS) -> dict:
-    """Write the data-bin (see the module doc); returns the pairs per split."""
-    destdir = Path(destdir)
-    raw = destdir / "raw"
-    counts = extract(raw, TARGET, locale_dirs, python_packages, seed, min_pairs)
-    model = train_sentencepiece([raw / f"train.{SOURCE}", raw / f"train.{TARGET}"],
-                                (destdir / SPM_MODEL_NAME).with_suffix(""), vocab_size, seed=seed,
-                                num_threads=workers, hard_vocab_limit=False)
-    with tempfile.TemporaryDirectory(prefix="spm-encoded-") as encoded:
-        for split in counts:
-            for lang in (SOURCE, TARGET):
-                encode_file(model, raw / f"{split}.{lang}", Path(encoded) / f"{split}.{lang}")
-        run_fairseq_preprocess([
-            "--source-lang", SOURCE, "--target-lang", TARGET, "--joined-dictionary", "--destdir", str(destdir),
-            "--workers", str(workers), *(arg for split in ("train", "valid", "test")
-                                         for arg in (f"--{split}pref", str(Path(encoded) / split)))])
+    """Write the data-bin (see the module doc); returns the pairs per split. Too few catalogs are an error
+    before anything is written, and destdir is written whole or not at all (:mod:`.output_folder`)."""
+    splits = split_by_catalog(collect(TARGET, locale_dirs, python_packages, min_pairs), seed)
+    with staged(destdir) as staging:
+        raw = staging / "raw"
+        counts = write_splits(splits, raw, SOURCE, TARGET)
+        model = train_sentencepiece([raw / f"train.{SOURCE}", raw / f"train.{TARGET}"],
+                                    (staging / SPM_MODEL_NAME).with_suffix(""), vocab_size, seed=seed,
+                                    num_threads=workers, hard_vocab_limit=False)
+        with tempfile.TemporaryDirectory(prefix="spm-encoded-") as encoded:
+            for split in counts:
+                for lang in (SOURCE, TARGET):
+                    encode_file(model, raw / f"{split}.{lang}", Path(encoded) / f"{split}.{lang}")
+            run_fairseq_preprocess([
+                "--source-lang", SOURCE, "--target-lang", TARGET, "--joined-dictionary", "--destdir", str(staging),
+                "--workers", str(workers), *(arg for split in ("train", "valid", "test")
+                                             for arg in (f"--{split}pref", str(Path(encoded) / split)))])
     return counts
 
 
@@ -57,10 +61,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--min-pairs", type=int, default=MIN_PAIRS, help="refuse to build a corpus with fewer pairs")
     args = parser.parse_args(argv)
     try:
+        check_locale_dirs(args.locale_dir or (), TARGET)
         counts = prepare_translation_data(args.destdir, args.vocab_size, args.locale_dir or LOCALE_DIRS,
                                           args.python_packages, args.seed, args.workers, args.min_pairs)
-    except TooFewCatalogsError as error:
-        parser.exit(2, f"error: {error}\n")
+    except InputError as error:
+        parser.error(str(error))
     print(f"data-bin: {args.destdir} ({', '.join(f'{s} {n} pairs' for s, n in counts.items())}; "
           f"dict.{SOURCE}.txt = dict.{TARGET}.txt, {SPM_MODEL_NAME}, raw/)")
 

@@ -8,6 +8,7 @@ import torch
 
 from fairseq_linattn.checkpoints import (
     CorruptCheckpointError,
+    NotACheckpointError,
     UnsafeCheckpointError,
     atomic_copy,
     newest_intact_checkpoint,
@@ -46,6 +47,44 @@ def test_unsafe_and_corrupt_are_told_apart(tmp_path):
     (tmp_path / "empty.pt").write_bytes(b"")
     with pytest.raises(CorruptCheckpointError, match="it is empty \\(0 bytes\\)"):
         safe_torch_load(str(tmp_path / "empty.pt"))
+
+
+def test_a_file_that_is_no_checkpoint_is_told_from_a_damaged_one(tmp_path):
+    """A wrong path (random bytes, text, another format) is "not a PyTorch checkpoint", with what it looks like;
+    it is not reported as a checkpoint cut off while being written (which no kill explains)."""
+    import pickle
+
+    import numpy
+
+    files = {
+        "random.pt": (bytes(range(7, 207)) * 2, "400 bytes starting b'\\x07\\x08\\t\\n"),
+        "notes.pt": (b"hello, this is a README\n", "24 bytes of text starting 'hello, this is a README\\n'"),
+        "plain.pkl": (pickle.dumps({"w": [1, 2, 3]}, protocol=2), "a Python pickle but not one that torch.save wrote"),
+        "weights.safetensors": ((10).to_bytes(8, "little") + b'{"a": 1}  ' + bytes(8), "a safetensors file"),
+    }
+    for name, (data, _) in files.items():
+        (tmp_path / name).write_bytes(data)
+    numpy.save(tmp_path / "array.npy", numpy.ones(3))
+    files["array.npy"] = (None, "a numpy .npy array")
+    with zipfile.ZipFile(tmp_path / "other.zip", "w") as archive:
+        archive.writestr("a.txt", "x")
+    files["other.zip"] = (None, "a zip archive of ")
+    for name, (_, looks) in files.items():
+        with pytest.raises(NotACheckpointError, match=r"it is not a PyTorch checkpoint \(") as raised:
+            safe_torch_load(str(tmp_path / name))
+        assert looks in str(raised.value) and "cut off" not in str(raised.value), str(raised.value)
+        assert isinstance(raised.value, CorruptCheckpointError)  # (for callers that catch that)
+    assert "without the data.pkl torch.save writes: a.txt" in unreadable_reason(str(tmp_path / "other.zip"))
+    # damaged checkpoints stay damaged: truncated, empty, a legacy (pickle) file cut within its header
+    good = fake_checkpoint(tmp_path / "good.pt", 1)
+    (tmp_path / "cut.pt").write_bytes(good.read_bytes()[:-100])
+    (tmp_path / "empty.pt").write_bytes(b"")
+    torch.save({"a": 1}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    (tmp_path / "legacy_cut.pt").write_bytes((tmp_path / "legacy.pt").read_bytes()[:10])
+    for name, reason in (("cut.pt", "it is truncated"), ("empty.pt", "it is empty (0 bytes)"), ("legacy_cut.pt", "")):
+        with pytest.raises(CorruptCheckpointError, match="cut off while being written") as raised:
+            safe_torch_load(str(tmp_path / name))
+        assert reason in str(raised.value) and not isinstance(raised.value, NotACheckpointError)
 
 
 def test_atomic_copy_leaves_whole_files(tmp_path):

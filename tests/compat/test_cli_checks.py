@@ -42,6 +42,34 @@ def test_beam_0_and_a_context_window_as_long_as_a_sample(monkeypatch, capsys, tm
     assert line.startswith("fairseq-eval-lm: error: --context-window 64 must be smaller than --tokens-per-sample 64")
 
 
+def test_fp16_training_without_a_gpu(monkeypatch, capsys, tmp_path):
+    """fairseq-train --fp16 died building its optimizer ("Torch not compiled with CUDA enabled"); inference with --fp16
+    runs on a CPU, so fairseq-eval-lm keeps it."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for fp16 in ("--fp16", "--memory-efficient-fp16"):
+        line = parse_error(monkeypatch, capsys, options.get_training_parser, "fairseq-train", str(tmp_path), "--task",
+                           "language_modeling", "--arch", "transformer_lm", fp16)
+        assert line == ("fairseq-train: error: --fp16 trains on a CUDA GPU and torch sees none on this machine: pass "
+                        "--cpu instead (or --bf16 --cpu for 16-bit training on the CPU)")
+    monkeypatch.setattr(sys, "argv", ["fairseq-eval-lm", str(tmp_path), "--path", "m.pt", "--fp16"])
+    assert options.parse_args_and_arch(options.get_eval_lm_parser()).fp16
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(sys, "argv", ["fairseq-train", str(tmp_path), "--task", "language_modeling", "--arch",
+                                      "transformer_lm", "--fp16"])
+    assert options.parse_args_and_arch(options.get_training_parser()).fp16
+
+
+def test_sentencepiece_decoded_twice(monkeypatch, capsys, tmp_path):
+    line = parse_error(monkeypatch, capsys, options.get_generation_parser, "fairseq-generate", str(tmp_path), "--path",
+                       "m.pt", "--bpe", "sentencepiece", "--post-process", "sentencepiece")
+    assert line.startswith("fairseq-generate: error: --post-process sentencepiece and --bpe sentencepiece both decode")
+    monkeypatch.setattr(sys, "argv", ["fairseq-generate", str(tmp_path), "--path", "m.pt", "--post-process",
+                                      "sentencepiece"])  # alone, each decodes once
+    assert options.parse_args_and_arch(options.get_generation_parser()).post_process == "sentencepiece"
+
+
 def test_good_command_lines_parse_as_before(monkeypatch, tmp_path):
     monkeypatch.setattr(sys, "argv", ["fairseq-eval-lm", str(tmp_path), "--path", "m.pt", "--tokens-per-sample",
                                       "64", "--context-window", "32"])

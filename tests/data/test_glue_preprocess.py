@@ -189,6 +189,23 @@ def test_missing_folder_file_or_dictionary_are_clear_errors(tmp_path, spm_model,
         g.preprocess_glue(tmp_path, [g.GLUE_TASKS["SST-2"]], tmp_path / "out", spm_model, tmp_path / "dict.txt")
 
 
+def test_a_split_without_examples_is_refused(tmp_path, spm_model, lm_databin, preprocess_glue_script):
+    """fairseq-preprocess binarized an empty split without a word, and training failed on it much later."""
+    g = preprocess_glue_script
+    processor = load_model(spm_model)
+    _write_tsv(tmp_path / "SST-2" / "train.tsv", [["a sentence", "1"]], ["sentence", "label"])
+    _write_tsv(tmp_path / "SST-2" / "dev.tsv", [], ["sentence", "label"])
+    with pytest.raises(g.GlueFormatError, match=r"SST-2/dev\.tsv has no examples: it is empty or holds only its header"):
+        g.prepare_task(g.GLUE_TASKS["SST-2"], tmp_path, tmp_path / "out", processor, lm_databin / "dict.txt",
+                       tmp_path / "work-sst", workers=1)
+    qqp_header = ["id", "qid1", "qid2", "question1", "question2", "is_duplicate"]
+    _write_tsv(tmp_path / "QQP" / "train.tsv", [["0", "1", "2", "A broken line"]], qqp_header)
+    _write_tsv(tmp_path / "QQP" / "dev.tsv", [["0", "1", "2", "Why?", "Why not?", "0"]], qqp_header)
+    with pytest.raises(g.GlueFormatError, match=r"QQP/train\.tsv has no examples: .*no line with 6 tab-separated"):
+        g.prepare_task(g.GLUE_TASKS["QQP"], tmp_path, tmp_path / "out", processor, lm_databin / "dict.txt",
+                       tmp_path / "work-qqp", workers=1)
+
+
 def test_qqp_filter_and_mnli_dev_test_pairs(tmp_path, spm_model, lm_databin, preprocess_glue_script):
     """prepare_task only, without binarizing: the fairseq-preprocess arguments and encoded files."""
     g = preprocess_glue_script

@@ -6,6 +6,7 @@ import pytest
 import sentencepiece
 
 from fairseq_linattn.data import find_fairseq_preprocess, spm
+from fairseq_linattn.data.inputs import InputError
 
 
 def _hub_bpe(model: Path):
@@ -75,6 +76,25 @@ def test_vocab_too_large_names_the_limit_and_the_fixes(tmp_path):
     assert spm.load_model(model).get_piece_size() < 5000
     with pytest.raises(FileNotFoundError, match="missing.txt"):
         spm.train_sentencepiece([tmp_path / "missing.txt"], tmp_path / "sp", 100)
+
+
+def test_empty_text_other_encodings_a_too_small_vocabulary_and_other_files_are_input_errors(tmp_path):
+    """What sentencepiece ends with a RuntimeError on (or Python with a UnicodeDecodeError) names the file and the fix."""
+    (tmp_path / "empty.txt").write_text("\n \n")
+    with pytest.raises(InputError, match=r"empty.txt: empty \(or no text lines\): sentencepiece needs text"):
+        spm.train_sentencepiece([tmp_path / "empty.txt"], tmp_path / "sp", 100)
+    (tmp_path / "latin1.txt").write_bytes("café au lait\n".encode("latin1") * 20)
+    with pytest.raises(InputError, match=r"latin1.txt is not UTF-8 text \(b'\\xe9' cannot be decoded\): convert it"):
+        spm.train_sentencepiece([tmp_path / "latin1.txt"], tmp_path / "sp", 100)
+    text = tmp_path / "text.txt"
+    text.write_text("a tiny text\nwith few distinct pieces\n" * 20, encoding="utf-8")
+    with pytest.raises(InputError, match=r"vocab_size=8 is too small .*characters alone take \d+ pieces.*--vocab-size"):
+        spm.train_sentencepiece([text], tmp_path / "sp", 8)
+    model = spm.train_sentencepiece([text], tmp_path / "sp", 20)
+    with pytest.raises(InputError, match="latin1.txt is not UTF-8 text"):
+        spm.encode_file(model, tmp_path / "latin1.txt", tmp_path / "out.spm")
+    with pytest.raises(InputError, match=rf"{text} is not a sentencepiece model \(INTERNAL: could not parse"):
+        spm.load_model(text)
 
 
 def test_cli_trains_and_encodes(corpus_dir, tmp_path, capsys):

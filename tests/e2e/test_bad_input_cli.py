@@ -5,6 +5,7 @@ and --bf16 trains on CPU."""
 import re
 
 import pytest
+import torch
 
 from .cli import COMMON, LANGUAGE_MODEL, MASKED_LM, MODELS, USER_DIR, run
 
@@ -57,6 +58,9 @@ BAD_OPTIONS = {
     "heads-linformer": ([*MLM, "--arch", "linformer_roberta_base", "--encoder-attention-heads", "3"],
                         "--encoder-attention-heads 3 must divide --encoder-embed-dim 64"),
     "heads-lm": ([*LM, "--decoder-attention-heads", "6"], "--decoder-attention-heads 6 must divide --decoder-embed-dim 64"),
+    # fairseq died building its fp16 optimizer ("Torch not compiled with CUDA enabled"); a machine without a GPU only
+    **({"fp16-without-a-gpu": ([*LM, "--fp16"], "--fp16 trains on a CUDA GPU and torch sees none on this machine: "
+                                                "pass --cpu")} if not torch.cuda.is_available() else {}),
 }
 
 
@@ -110,15 +114,25 @@ def test_checkpoints_that_do_not_fit_name_the_cause(mlm_data, lm_checkpoint, lin
            "[16, 16] in the checkpoint, [8, 8] here" in log
 
 
-@pytest.mark.parametrize("damage", ["truncated", "empty"])
+DAMAGES = {  # how the file is made from a whole checkpoint's bytes, and the error's last line
+    "truncated": (lambda data: data[: len(data) // 2], "CorruptCheckpointError: cannot load {path}: it is truncated"),
+    "empty": (lambda data: b"", "CorruptCheckpointError: cannot load {path}: it is empty (0 bytes)"),
+    # a wrong path, not a damaged checkpoint: no "cut off while being written"
+    "random bytes": (lambda data: bytes(range(7, 207)) * 3,
+                     "NotACheckpointError: cannot load {path}: it is not a PyTorch checkpoint (600 bytes starting "
+                     "b'\\x07\\x08\\t\\n"),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_a_damaged_checkpoint_file_names_the_damage(damage, mlm_data, lm_checkpoint, tmp_path):
-    data = (lm_checkpoint / "checkpoint_last.pt").read_bytes()
+    make, message = DAMAGES[damage]
     path = tmp_path / "damaged.pt"
-    path.write_bytes(data[: len(data) // 2] if damage == "truncated" else b"")
+    path.write_bytes(make((lm_checkpoint / "checkpoint_last.pt").read_bytes()))
     log = run("fairseq-eval-lm", mlm_data, "--user-dir", USER_DIR, "--path", path, "--cpu", "--tokens-per-sample",
               "64", check=False)
-    what = "it is truncated" if damage == "truncated" else "it is empty (0 bytes)"
-    assert f"CorruptCheckpointError: cannot load {path}: {what}" in log and log.returncode != 0, log[-2000:]
+    assert message.format(path=path) in log and log.returncode != 0, log[-2000:]
+    assert ("cut off while being written" in log) == (damage != "random bytes"), log[-2000:]
 
 
 def test_a_missing_restore_file_is_an_error_and_nothing_is_overwritten(mlm_data, lm_checkpoint, tmp_path):

@@ -38,7 +38,10 @@ def linear_mt(catalog_data, tmp_path_factory):
     return save
 
 
-@pytest.mark.parametrize("scoring, metric", [("sacrebleu", "BLEU"), ("chrf", "chrF")])
+BPE_WARNING = "the BLEU score is computed on BPE tokens, not on proper words"
+
+
+@pytest.mark.parametrize("scoring, metric", [("sacrebleu", "BLEU"), ("chrf", "chrF"), ("bleu", "BLEU4")])
 def test_generate_with_beam_search_and_scores(catalog_data, linear_mt, scoring, metric):
     log = run("fairseq-generate", catalog_data, "--user-dir", USER_DIR, "--path", linear_mt / "checkpoint_last.pt",
               "--gen-subset", "test", "--beam", "5", "--nbest", "2", "--batch-size", "16", "--cpu",
@@ -48,6 +51,23 @@ def test_generate_with_beam_search_and_scores(catalog_data, linear_mt, scoring, 
     assert re.search(rf"Generate test with beam=5: {metric}", log), log[-3000:]
     hypotheses = re.findall(r"^D-\d+\t", log, re.M)
     assert len(hypotheses) == 2 * len((catalog_data / "raw" / "test.de").read_text().splitlines())
+    # sacrebleu and chrF score the decoded text (T- and D- lines): fairseq's warning is wrong there and dropped;
+    # its own bleu scores the pieces' ids, and keeps it
+    assert (BPE_WARNING in log) == (scoring == "bleu"), log[-3000:]
+    assert re.search(r"^T-\d+\t\S+ \S+", log, re.M)  # references with spaces between their words
+
+
+def test_post_process_with_bpe_sentencepiece_is_refused(catalog_data, linear_mt):
+    """Both decode the pieces: decoded twice, references and hypotheses lost their spaces ("Zweig%skannnicht...")
+    and were scored that way, without a word."""
+    log = run("fairseq-generate", catalog_data, "--user-dir", USER_DIR, "--path", linear_mt / "checkpoint_last.pt",
+              "--gen-subset", "test", "--cpu", "--bpe", "sentencepiece", "--sentencepiece-model", catalog_data / SPM,
+              "--post-process", "sentencepiece", "--scoring", "sacrebleu", check=False, subprocess=True)
+    last = log.strip().splitlines()[-1]
+    assert log.returncode == 2 and "Traceback" not in log, log[-3000:]
+    assert last == ("fairseq-generate: error: --post-process sentencepiece and --bpe sentencepiece both decode the "
+                    "pieces, and decoded twice the words lose their spaces: pass only --bpe sentencepiece (with its "
+                    "--sentencepiece-model)")
 
 
 def test_interactive(catalog_data, linear_mt):

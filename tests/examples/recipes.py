@@ -14,8 +14,8 @@ from tests.pages import code_blocks
 EXAMPLES = os.path.join(ROOT, "examples")
 TINY = {
     "CORPUS_CHARS": "300000", "VOCAB": "1000", "N": "64", "K": "16", "UPDATES": "4", "WARMUP": "1", "BATCH": "8",
-    "UPDATE_FREQ": "1", "FT_UPDATES": "4", "MAX_TOKENS": "512", "DEVICE": "--cpu", "NUM_SEQUENCES": "4",
-}
+    "UPDATE_FREQ": "1", "FT_UPDATES": "4", "MAX_TOKENS": "512", "NUM_SEQUENCES": "4",
+}  # no DEVICE: the recipes' own choice (examples/device.sh: --cpu where torch sees no GPU), as a user runs them
 SHIMMED = ["python", "fairseq-train", "fairseq-validate", "fairseq-eval-lm", "fairseq-generate", "fairseq-interactive",
            "fairseq-preprocess"]
 ENCODER = "--encoder-layers 2 --encoder-embed-dim 64 --encoder-ffn-embed-dim 128 --encoder-attention-heads 4"
@@ -33,6 +33,8 @@ def run_recipe(recipe: str, work, **settings) -> str:
     env = {**os.environ, **TINY, **settings, "WORK": str(work), "OMP_NUM_THREADS": "1",
            "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
     env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    if "DEVICE" not in settings:
+        env.pop("DEVICE", None)  # the recipe's own choice, not one left in the caller's environment
     server = forkserver.shared(env, default="1")
     if server is not None:
         env = forkserver.write_shims(server, os.path.join(work, "bin"), SHIMMED, env)
