@@ -1,0 +1,238 @@
+"""Recall, measured: multi-query associative recall (MQAR, Arora et al. 2023) for every mechanism beside softmax,
+through the real command lines (``fairseq-train --task associative_recall --criterion associative_recall``).
+
+Zoology's protocol, sized for a CPU: each model is trained at each of ``--lrs`` at one width (``--lr-width``) and
+seed 1, and its best learning rate (by accuracy on the headline shape) is then held fixed at every width and seed.
+Every model has the same layers, width, heads, lines per update, updates, training shapes and seeds; the
+mechanisms with an output gate (a d x d projection per layer) get an FFN d/2 narrower, as in the quality study, and
+every parameter count is in the table. Accuracy is that of the asked positions of 1 line in 1 (the model that the
+run ends with), on the training's own shapes and on longer lines with more pairs (``--eval-shapes``), and the
+updates each run needed to first reach 90% on the headline shape are read from its validations.
+
+    python scripts/bench_recall.py --quick          # seconds-scale smoke run (the tests run it)
+    python scripts/bench_recall.py                  # the default sweep (hours on 2 CPU cores: see its table)
+"""
+import shutil
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+from fairseq_linattn.attention.recurrent_state import linear_attentions
+
+from .fairseq_runs import USER_DIR, fairseq, parameter_count, say, seconds_per_update, train_seconds
+from .machine import machine_line
+from .report import md_table, pyplot, titled
+from .runner import ROOT, Study, entry_point
+
+SOFTMAX = "softmax"
+GATED = tuple(sorted(linear_attentions()))  # --linear-attention's mechanisms with a decay, gate or delta rule
+MODELS: Dict[str, Tuple[str, List[str]]] = {
+    SOFTMAX: ("transformer_lm", []),
+    "elu+1": ("linear_transformer_lm", ["--feature-map", "elu"]),
+    "favor+": ("linear_transformer_lm", ["--feature-map", "favor"]),
+    **{name: ("linear_transformer_lm", ["--linear-attention", name]) for name in GATED},
+}
+
+
+@dataclass(frozen=True)
+class Scale:
+    widths: Tuple[int, ...]
+    lr_width: int  # the width the learning rates are compared at
+    lrs: Tuple[float, ...]
+    seeds: Tuple[int, ...]  # seed 1 also picks the learning rate
+    updates: int
+    lines_per_update: int
+    train_shapes: str  # length:pairs of the training lines, in turn
+    headline: str  # the split the learning rate is picked by and the goal is read on
+    eval_shapes: Tuple[str, ...]  # other splits: L<length>_P<pairs>
+    layers: int = 2
+    heads: int = 4
+    num_keys: int = 128
+    train_lines: int = 100_000
+    valid_lines: int = 500
+    validations: int = 5
+    models: Tuple[str, ...] = tuple(MODELS)
+
+    @property
+    def splits(self) -> Tuple[str, ...]:
+        return (self.headline, *self.eval_shapes)
+
+    @property
+    def longest(self) -> int:
+        lengths = [int(s.split(":")[0]) for s in self.train_shapes.split(",")]
+        lengths += [int(split[1:].split("_")[0]) for split in self.splits]
+        return max(lengths)
+
+
+SCALES = {
+    "quick": Scale(widths=(32,), lr_width=32, lrs=(1e-3, 3e-3), seeds=(1,), updates=6, lines_per_update=8,
+                   train_shapes="32:4,64:8", headline="L64_P8", eval_shapes=("L128_P16",), heads=2, num_keys=32,
+                   train_lines=64, valid_lines=16, validations=2, models=(SOFTMAX, "elu+1", GATED[0])),
+    "default": Scale(widths=(64, 128, 256), lr_width=128, lrs=(5e-4, 1e-3, 2e-3), seeds=(1, 2), updates=1500,
+                     lines_per_update=64, train_shapes="64:4,128:8,256:16,256:32", headline="L256_P32",
+                     eval_shapes=("L256_P16", "L256_P64", "L512_P64", "L1024_P128")),
+}
+
+
+class Recall:
+    """The runs of one study, each trained once (cached by model, width, learning rate and seed)."""
+
+    def __init__(self, work: Path, scale: Scale):
+        self.work, self.s = work, scale
+        self.runs: Dict[tuple, Dict] = {}
+
+    def train(self, model: str, width: int, lr: float, seed: int) -> Dict:
+        key = (model, width, lr, seed)
+        if key in self.runs:
+            return self.runs[key]
+        s = self.s
+        arch, options = MODELS[model]
+        ffn = 4 * width - (width // 2 if model in GATED else 0)  # the output gate's d x d, paid for by the FFN
+        tag = f"{model}-d{width}-lr{lr:g}-s{seed}".replace("+", "p")
+        log = fairseq(
+            "fairseq-train", "--user-dir", USER_DIR, "--task", "associative_recall", "--criterion",
+            "associative_recall", "--arch", arch, *options, "--decoder-layers", s.layers, "--decoder-embed-dim", width,
+            "--decoder-ffn-embed-dim", ffn, "--decoder-attention-heads", s.heads, "--decoder-input-dim", width,
+            "--decoder-output-dim", width, "--decoder-normalize-before", "--share-decoder-input-output-embed",
+            "--num-keys", s.num_keys, "--num-values", s.num_keys, "--train-shapes", s.train_shapes,
+            "--valid-shapes", s.headline.replace("L", "").replace("_P", ":"), "--valid-subset", ",".join(s.splits),
+            "--train-lines", s.train_lines, "--valid-lines", s.valid_lines, "--tokens-per-sample", s.longest,
+            "--batch-size", s.lines_per_update, "--optimizer", "adam", "--adam-betas", "(0.9,0.98)", "--lr", lr,
+            "--lr-scheduler", "polynomial_decay", "--warmup-updates", max(1, s.updates // 10), "--total-num-update",
+            s.updates, "--max-update", s.updates, "--weight-decay", "0.1", "--clip-norm", "1.0", "--dropout", "0",
+            "--validate-interval-updates", max(1, s.updates // s.validations), "--validate-interval", 1_000_000,
+            "--no-save", "--seed", seed, "--cpu", "--num-workers", "0", "--log-format", "simple", "--log-interval",
+            min(25, max(1, s.updates // 10)), log=self.work / "logs" / f"{tag}.log", echo=None)
+        curves = {split: accuracy_curve(log, split) for split in s.splits}
+        run = {"model": model, "width": width, "lr": lr, "seed": seed, "params": parameter_count(log),
+               "seconds_per_update": seconds_per_update(log), "train_seconds": train_seconds(log),
+               "accuracy": {split: curve[-1][1] / 100 for split, curve in curves.items()}, "curves": curves,
+               "updates_to_90": next((u for u, a in curves[s.headline] if a >= 90.0), None)}
+        self.runs[key] = run
+        say(f"   {tag}: {run['params']:,} parameters, {run['train_seconds']:.0f} s, accuracy "
+            + ", ".join(f"{split} {acc:.3f}" for split, acc in run["accuracy"].items()), "recall")
+        return run
+
+
+def accuracy_curve(log: str, split: str) -> List[Tuple[int, float]]:
+    """(num_updates, accuracy %) at each validation of ``split`` in a fairseq-train log."""
+    import re
+
+    found = re.findall(rf"valid on '{split}' subset \| .*?\| accuracy ([0-9.]+) .*?num_updates (\d+)", log)
+    return [(int(updates), float(value)) for value, updates in found]
+
+
+class RecallBenchmark(Study):
+    name = "recall"
+
+    def add_args(self, parser):
+        parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "recall"), help="logs (results: --out)")
+        parser.add_argument("--models", default=None, help=f"comma-separated subset of {', '.join(MODELS)}")
+        parser.add_argument("--widths", default=None, help="comma-separated d_model values (default: the scale's)")
+        parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the scale's)")
+        parser.add_argument("--updates", type=int, default=None, help="updates per run (default: the scale's)")
+
+    def scale(self, args) -> Scale:
+        s = SCALES["quick" if args.quick else "default"]
+        if args.models:
+            unknown = set(args.models.split(",")) - set(MODELS)
+            if unknown:
+                raise SystemExit(f"bench_recall.py: error: --models: unknown {', '.join(sorted(unknown))}; choose "
+                                 f"among {', '.join(MODELS)}")
+            s = replace(s, models=tuple(args.models.split(",")))
+        if args.widths:
+            widths = tuple(int(w) for w in args.widths.split(","))
+            s = replace(s, widths=widths, lr_width=s.lr_width if s.lr_width in widths else widths[0])
+        if args.seeds:
+            s = replace(s, seeds=tuple(int(x) for x in args.seeds.split(",")))
+        if args.updates:
+            s = replace(s, updates=args.updates)
+        return s
+
+    def measure(self, args, data):
+        s = self.scale(args)
+        work = Path(args.work_dir) / ("quick" if args.quick else "default")
+        shutil.rmtree(work, ignore_errors=True)
+        study, started = Recall(work, s), time.time()
+        out = data.setdefault("study", {"scale": asdict(s), "lr_search": {}, "runs": []})
+        for model in s.models:  # the learning rate, at one width and seed 1
+            tried = {lr: study.train(model, s.lr_width, lr, s.seeds[0])["accuracy"][s.headline] for lr in s.lrs}
+            best = max(tried, key=lambda lr: (tried[lr], -lr))  # ties: the smaller rate
+            out["lr_search"][model] = {"tried": {f"{lr:g}": acc for lr, acc in tried.items()}, "best": best}
+            for width in s.widths:
+                for seed in s.seeds:
+                    study.train(model, width, best, seed)
+        out["runs"] = list(study.runs.values())
+        out["total_s"] = round(time.time() - started, 1)
+        data["results"] = [{"case": model} for model in s.models]
+
+    def render(self, data):
+        study = data["study"]
+        s = Scale(**{k: tuple(v) if isinstance(v, list) else v for k, v in study["scale"].items()})
+        best = {m: r["best"] for m, r in study["lr_search"].items()}
+        runs = [r for r in study["runs"] if r["lr"] == best[r["model"]]]
+        lines = ["### Recall: multi-query associative recall (MQAR) for every mechanism beside softmax", "",
+                 f"{machine_line(data['machine'], data['load_start'], data['load_end'])}.", "",
+                 f"Every model: {s.layers} layers, {s.heads} heads, d_model {', '.join(map(str, s.widths))}; "
+                 f"{s.num_keys} keys and {s.num_keys} values; training lines {s.train_shapes} (length:pairs, in turn), "
+                 f"{s.lines_per_update} lines per update, {s.updates} updates, Adam (0.9, 0.98), 10% warm-up then "
+                 f"linear decay, weight decay 0.1, no dropout; the learning rate is each model's best of "
+                 f"{', '.join(f'{lr:g}' for lr in s.lrs)} at d_model {s.lr_width}, seed {s.seeds[0]} (by accuracy on "
+                 f"{s.headline}); seeds {', '.join(map(str, s.seeds))}. Accuracy: the asked positions of "
+                 f"{s.valid_lines} lines per split (chance: 1/{s.num_keys}), the model the run ends with. "
+                 f"Took {study['total_s'] / 60:.0f} min.", "",
+                 "**Learning rates** (accuracy on " + s.headline + f" at d_model {s.lr_width}, seed {s.seeds[0]}):", "",
+                 md_table(["model", *[f"lr {lr:g}" for lr in s.lrs], "best"],
+                          [[m, *[f"{r['tried'].get(f'{lr:g}', float('nan')):.3f}" for lr in s.lrs], f"{r['best']:g}"]
+                           for m, r in study["lr_search"].items()]), ""]
+        headers = ["model", "d_model", "parameters", *s.splits, "updates to 90%", "s / update"]
+        rows = []
+        for model in s.models:
+            for width in s.widths:
+                cell = [r for r in runs if r["model"] == model and r["width"] == width]
+                if not cell:
+                    continue
+                rows.append([model, width, f"{cell[0]['params']:,}",
+                             *[spread([r["accuracy"][split] for r in cell]) for split in s.splits],
+                             ", ".join("–" if r["updates_to_90"] is None else str(r["updates_to_90"]) for r in cell),
+                             f"{sum(r['seconds_per_update'] for r in cell) / len(cell):.2f}"])
+        lines += [f"**Accuracy at each model's best learning rate** (mean over seeds ± half the spread; "
+                  f"{s.headline} is the headline shape, the others are longer lines with more pairs):", "",
+                  md_table(headers, rows)]
+        return "\n".join(lines), [f"recall: {len(study['runs'])} runs in {study['total_s'] / 60:.0f} min"]
+
+    def plot(self, data):
+        study = data["study"]
+        s = Scale(**{k: tuple(v) if isinstance(v, list) else v for k, v in study["scale"].items()})
+        best = {m: r["best"] for m, r in study["lr_search"].items()}
+        plt = pyplot()
+        fig, axes = plt.subplots(1, len(s.splits), figsize=(4 * len(s.splits), 3.6), squeeze=False)
+        for ax, split in zip(axes[0], s.splits):
+            for model in s.models:
+                points = sorted((r["width"], r["accuracy"][split]) for r in study["runs"]
+                                if r["model"] == model and r["lr"] == best[model])
+                if points:
+                    ax.plot(*zip(*points), marker="o", ms=3, label=model)
+            ax.set_xscale("log", base=2)
+            ax.set_title(split, fontsize=9)
+            ax.set_xlabel("d_model")
+            ax.set_ylim(0, 1.02)
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel("accuracy")
+        axes[0][-1].legend(fontsize=7)
+        fig.tight_layout()
+        return titled(fig, "MQAR accuracy by width", data)
+
+
+def spread(values: List[float]) -> str:
+    mean = sum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:.3f}"
+    return f"{mean:.3f} ± {(max(values) - min(values)) / 2:.3f}"
+
+
+main = entry_point(RecallBenchmark)
+
+if __name__ == "__main__":
+    main()
