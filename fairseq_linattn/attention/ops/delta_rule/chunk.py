@@ -31,10 +31,9 @@ import math
 from typing import Optional, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from .utils import check_inputs, matrix_state, solve_and_carry
+from .utils import check_inputs, in_chunks, matrix_state, solve_and_carry
 
 
 def chunk_delta_rule(
@@ -77,13 +76,9 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[
     """Inputs with any leading dims (N of them in all, ``state``: N x M x D in the compute dtype) -> the
     output N x T x D and the final state, both in the compute dtype (see the module doc for the math)."""
     length, n, dtype = q.size(-2), state.size(0), state.dtype
-    chunks = -(-length // chunk)
-    pad = chunks * chunk - length
 
     def split(x: Tensor) -> Tensor:
-        """... x T x F -> N x chunks x C x F in the compute dtype, zero past the end."""
-        x = x.reshape(n, length, x.size(-1)).to(dtype)
-        return F.pad(x, (0, 0, 0, pad)).view(n, chunks, chunk, x.size(-1))
+        return in_chunks(x, n, chunk, dtype)
 
     q, k, v, beta = split(q), split(k), split(v), split(beta.unsqueeze(-1))  # beta: N x chunks x C x 1
     keys_weighted = beta * k  # diag(β) K
@@ -106,4 +101,4 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[
         k_into_state = k * torch.exp(b[..., -1:, :] - b)  # K ⊙ exp(b_C - b)
         state_decay = gamma[..., -1:, :]  # γ_C: N x chunks x 1 x 1
     out, state = solve_and_carry(lower, keys_weighted, beta * v, q_carried, scores, k_into_state, state_decay, state)
-    return out.view(n, chunks * chunk, -1)[:, :length], state
+    return out.flatten(1, 2)[:, :length], state

@@ -1,5 +1,5 @@
-"""What the delta-rule ops share: the compute dtype, the shape checks, and the chunked form's solve and loop
-(:func:`solve_and_carry`, also that of :mod:`..gdn2`).
+"""What the delta-rule ops share: the compute dtype, the shape checks, and the chunked form's pieces (the
+chunks, :func:`in_chunks`, and the solve and loop, :func:`solve_and_carry`; also those of :mod:`..gdn2`).
 
 The recurrence (state S: M x D, key-major; g_t = log decay, 0 for plain DeltaNet):
 
@@ -12,11 +12,12 @@ accumulated in :func:`compute_dtype` (fp32 for fp16 / bf16 inputs, float64 stays
 from typing import Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..linear_attn.utils import check_shapes, compute_dtype, matrix_state
 
-__all__ = ["check_inputs", "compute_dtype", "matrix_state", "solve_and_carry"]
+__all__ = ["check_inputs", "compute_dtype", "in_chunks", "matrix_state", "solve_and_carry"]
 
 
 def check_inputs(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[Tensor]):
@@ -27,6 +28,15 @@ def check_inputs(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optio
         if gate is not None and tuple(gate.shape) != expected:
             raise ValueError(f"{name} must have shape (..., T) = {expected} (q's without its last dim), got "
                              f"{tuple(gate.shape)}")
+
+
+def in_chunks(x: Tensor, n: int, chunk: int, dtype: torch.dtype) -> Tensor:
+    """``... x T x F`` (N leading rows in all) -> N x chunks x C x F in ``dtype``, zero past the end (the chunked
+    ops' padding: zero keys, values and gates change nothing)."""
+    length = x.size(-2)
+    chunks = -(-length // chunk)
+    x = x.reshape(n, length, x.size(-1)).to(dtype)
+    return F.pad(x, (0, 0, 0, chunks * chunk - length)).view(n, chunks, chunk, x.size(-1))
 
 
 def solve_and_carry(lower: Tensor, erase_keys: Tensor, values: Tensor, q_carried: Tensor, scores: Tensor,
