@@ -3,8 +3,8 @@
 
 Unlike the kernel attention of :mod:`.kernel` these have no normaliser: o_t = S_t^T q_t with S_t an M x D
 state per head, updated by the mechanism's rule (:meth:`RecurrentStateAttention.op_inputs` and the ops in
-:mod:`.ops.gated_linear_attn`, :mod:`.ops.delta_rule`). The pieces the papers put around the state are here
-once for all of them:
+:mod:`.ops.gated_linear_attn`, :mod:`.ops.delta_rule`, :mod:`.ops.gdn2`). The pieces the papers put around the
+state are here once for all of them:
 
 * an optional short causal convolution (SiLU) on q, k and v (:mod:`.short_conv`; ``short_conv`` = its width);
 * a per-head RMSNorm of the output (always: without a normaliser the output's scale follows the state's) and

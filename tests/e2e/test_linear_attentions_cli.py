@@ -60,11 +60,12 @@ def test_hub_sample_and_score(spm_data, trained):
 
 
 def test_a_checkpoint_refuses_another_mechanism(spm_data, trained, tmp_path):
-    """gla and retention differ by a small gate only; gated-delta and delta by a few vectors: a resumed run under
-    the other name must stop and say so, not load what fits."""
+    """gla and retention differ by a small gate only; gated-delta and delta by a few vectors (gdn2 is tried as
+    gated-delta, its special case): a resumed run under the other name must stop and say so, not load what fits."""
     data, _ = spm_data
     name, save, _ = trained
-    other = {"retention": "gla", "gla": "retention", "delta": "gated-delta", "gated-delta": "delta"}[name]
+    other = {"retention": "gla", "gla": "retention", "delta": "gated-delta", "gated-delta": "delta",
+             "gdn2": "gated-delta"}[name]
     log = train_lm(data, tmp_path, "--linear-attention", other, "--chunk-size", "16", "--restore-file",
                    save / "checkpoint_last.pt", "--reset-optimizer", updates=9, check=False)
     assert log.returncode != 0 and "--linear-attention" in log, log[-2000:]

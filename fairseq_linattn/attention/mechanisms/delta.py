@@ -27,6 +27,10 @@ class DeltaNetAttention(RecurrentStateAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, **options):
         super().__init__(embed_dim, num_heads, **options)
+        self.add_gates(embed_dim, num_heads)
+
+    def add_gates(self, embed_dim: int, num_heads: int):
+        """The parameters :meth:`gates` reads: β's projection, one per head (a subclass may replace them)."""
         self.beta_proj = nn.Linear(embed_dim, num_heads)
 
     def op_inputs(self, x, q, k, v):
@@ -37,7 +41,8 @@ class DeltaNetAttention(RecurrentStateAttention):
         return q, k, v, self.gates(x)
 
     def gates(self, x):
-        """B x H x T write strengths (a subclass may add log decays) from the layer input x (T x B x C)."""
+        """B x H x T write strengths (a subclass may add log decays, or make other gates) from the layer input x
+        (T x B x C)."""
         return {"beta": torch.sigmoid(self.beta_proj(x).to(compute_dtype(x))).permute(1, 2, 0)}
 
     def chunked(self, q, k, v, extras, initial_state, return_state):

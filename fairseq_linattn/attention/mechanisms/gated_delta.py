@@ -17,17 +17,11 @@ from .delta import DeltaNetAttention
 class GatedDeltaNetAttention(DeltaNetAttention):
     SUMMARY = "Gated DeltaNet: the delta rule with a gated decay"
     PADDING_NEUTRAL = ("beta", "log_decay")
-    DT_RANGE = (1e-3, 1e-1)
-    A_RANGE = (1.0, 16.0)
 
     def __init__(self, embed_dim: int, num_heads: int, **options):
         super().__init__(embed_dim, num_heads, **options)
         self.decay_proj = nn.Linear(embed_dim, num_heads)
-        low, high = self.A_RANGE
-        self.A_log = nn.Parameter(torch.empty(num_heads).uniform_(low, high).log())
-        dt_low, dt_high = self.DT_RANGE
-        dt = torch.exp(torch.rand(num_heads) * (math.log(dt_high) - math.log(dt_low)) + math.log(dt_low))
-        self.dt_bias = nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt
+        self.A_log, self.dt_bias = mamba2_decay_parameters(num_heads, num_heads)
 
     def gates(self, x):
         gates = super().gates(x)
@@ -41,3 +35,13 @@ class GatedDeltaNetAttention(DeltaNetAttention):
         _, q, k, (beta,) = super().benchmark_op(shape, chunk, randn)
         log_decay = (-F.softplus(randn(*shape[:3])) / 10).requires_grad_()
         return (lambda q, k, v, b, g: chunk_delta_rule(q, k, v, b, g, chunk)), q, k, (beta, log_decay)
+
+
+def mamba2_decay_parameters(num_heads: int, rates: int, a_range=(1.0, 16.0), dt_range=(1e-3, 1e-1)):
+    """Mamba-2's initialisation of g = -exp(A) softplus(W x + dt_bias): (A_log, one per head, A uniform in
+    ``a_range``; dt_bias, ``rates`` of them (one per head, or per key channel), softplus(dt_bias) log-uniform in
+    ``dt_range``), as parameters."""
+    a_log = nn.Parameter(torch.empty(num_heads).uniform_(*a_range).log())
+    dt_low, dt_high = dt_range
+    dt = torch.exp(torch.rand(rates) * (math.log(dt_high) - math.log(dt_low)) + math.log(dt_low))
+    return a_log, nn.Parameter(dt + torch.log(-torch.expm1(-dt)))  # softplus(dt_bias) = dt

@@ -6,6 +6,8 @@
   op, recurrent step, token-by-token reference;
 * :mod:`.delta_rule`: the (gated) delta rule of DeltaNet / Gated DeltaNet: chunked by the WY/UT transform,
   recurrent step, token-by-token reference;
+* :mod:`.gdn2`: Gated DeltaNet-2 (erase and write gates, a decay per key channel): chunked by the WY/UT
+  transform, recurrent step, token-by-token reference;
 * :mod:`.softmax`: softmax attention over (possibly compressed) keys (PyTorch's fused kernel and an fp32
   reference).
 """

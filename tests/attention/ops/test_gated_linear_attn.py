@@ -31,14 +31,7 @@ KIND_IDS = ["scalar", "per_dim", "per_dim-explicit"]
 NAMES = ("q", "k", "v", "log_decay", "initial_state")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Every tensor here is tiny: a second intra-op thread only adds synchronisation, and on a busy machine its
-    spin-waits slow the many small ops of gradcheck down twentyfold."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest.py
 
 
 @pytest.fixture

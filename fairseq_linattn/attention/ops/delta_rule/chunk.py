@@ -31,10 +31,9 @@ import math
 from typing import Optional, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from .utils import check_inputs, matrix_state
+from .utils import check_inputs, in_chunks, matrix_state, solve_and_carry
 
 
 def chunk_delta_rule(
@@ -77,13 +76,9 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[
     """Inputs with any leading dims (N of them in all, ``state``: N x M x D in the compute dtype) -> the
     output N x T x D and the final state, both in the compute dtype (see the module doc for the math)."""
     length, n, dtype = q.size(-2), state.size(0), state.dtype
-    chunks = -(-length // chunk)
-    pad = chunks * chunk - length
 
     def split(x: Tensor) -> Tensor:
-        """... x T x F -> N x chunks x C x F in the compute dtype, zero past the end."""
-        x = x.reshape(n, length, x.size(-1)).to(dtype)
-        return F.pad(x, (0, 0, 0, pad)).view(n, chunks, chunk, x.size(-1))
+        return in_chunks(x, n, chunk, dtype)
 
     q, k, v, beta = split(q), split(k), split(v), split(beta.unsqueeze(-1))  # beta: N x chunks x C x 1
     keys_weighted = beta * k  # diag(β) K
@@ -105,18 +100,5 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[
         q_carried = q * gamma  # diag(γ) Q
         k_into_state = k * torch.exp(b[..., -1:, :] - b)  # K ⊙ exp(b_C - b)
         state_decay = gamma[..., -1:, :]  # γ_C: N x chunks x 1 x 1
-    # W and U in one solve: L^{-1} [diag(βγ) K, diag(β) V]
-    w, u = torch.linalg.solve_triangular(
-        lower, torch.cat([keys_weighted, beta * v], -1), upper=False, unitriangular=True
-    ).split([k.size(-1), v.size(-1)], -1)
-    outs = []
-    # unbind, not x[:, c]: autograd's backward of each index would allocate the whole tensor again
-    per_chunk = zip(u.unbind(1), w.unbind(1), q_carried.unbind(1), scores.unbind(1), k_into_state.unbind(1),
-                    [None] * chunks if state_decay is None else state_decay.unbind(1))
-    for u_c, w_c, q_c, scores_c, k_c, decay_c in per_chunk:  # the three products with the state entering chunk c
-        u_c = torch.baddbmm(u_c, w_c, state, alpha=-1)  # Û = U - W S_0
-        outs.append(torch.baddbmm(torch.bmm(q_c, state), scores_c, u_c))
-        carried = state if decay_c is None else state * decay_c
-        state = torch.baddbmm(carried, k_c.transpose(1, 2), u_c)
-    out = torch.stack(outs, 1).view(n, chunks * chunk, -1)[:, :length]
-    return out, state
+    out, state = solve_and_carry(lower, keys_weighted, beta * v, q_carried, scores, k_into_state, state_decay, state)
+    return out.flatten(1, 2)[:, :length], state

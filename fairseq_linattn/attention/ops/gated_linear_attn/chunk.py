@@ -67,7 +67,7 @@ def chunk_gated_linear_attention(
     q, k, v, g = blocks(q), blocks(k), blocks(v), blocks(log_decay)
     b = g.cumsum(2)  # N x chunks x C x (1 or M)
     last = b[:, :, -1:]  # the whole chunk's log decay
-    scores = _intra_chunk_scores(q, k, b) if per_dim else _scalar_decay_scores(q, k, b)
+    scores = intra_chunk_scores(q, k, b) if per_dim else _scalar_decay_scores(q, k, b)
     increments = torch.matmul((k * torch.exp(last - b)).transpose(-1, -2), v)  # N x chunks x M x D
     chunk_decay = torch.exp(last).transpose(-1, -2)  # N x chunks x (1 or M) x 1
     states = []
@@ -92,8 +92,9 @@ def _causal_decay(b: Tensor) -> Tensor:
     return torch.exp(diff).tril()
 
 
-def _intra_chunk_scores(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
-    """One decay per key dimension: A_ij = Σ_m q_im k_jm exp(b_im - b_jm) for j <= i (N x chunks x C x C).
+def intra_chunk_scores(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
+    """One decay per key dimension: A_ij = Σ_m q_im k_jm exp(b_im - b_jm) for j <= i (N x chunks x C x C; C a
+    multiple of ``SUB_CHUNK`` or at most it; also :mod:`..gdn2.chunk`'s, with erase vectors as the queries).
 
     Row block I (the queries of sub-chunk I) is one product against the keys up to its end, both measured
     against r = b at I's first position: q_i exp(b_i - r) <= 1 and, for earlier keys, k_j exp(r - b_j) <= 1.

@@ -1,0 +1,60 @@
+"""Gated DeltaNet-2 (Hatamizadeh, Choi, Kautz 2026): the delta rule's single β split into an erase gate on the
+key side and a write gate on the value side, on Kimi Delta Attention's decay per key channel.
+
+    S_t = (I - k_t (b_t ⊙ k_t)^T) D_t S_{t-1} + k_t (w_t ⊙ v_t)^T,    o_t = S_t^T q_t
+
+with D_t = diag(exp(g_t)), g_t = -exp(A) softplus(W_g x_t + dt_bias) per key channel (A per head; Mamba-2's
+initialisation, as :mod:`.gated_delta`'s, with dt_bias per key channel), b_t = sigmoid(W_b x_t) per key channel
+(how much of what the state holds under k_t is erased, channel by channel) and w_t = sigmoid(W_w x_t) per value
+channel (how much of v_t is written). b = w = β is KDA; with one decay per head too, Gated DeltaNet.
+
+Queries and keys as in :mod:`.delta` (SiLU, L2 norms, queries scaled by head_dim^-0.5). The ops (chunked by the
+WY/UT transform with GLA's sub-chunked scores, and the recurrent step) are in :mod:`..ops.gdn2`.
+"""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..ops.gdn2 import chunk_gdn2, recurrent_gdn2_step
+from ..ops.linear_attn.utils import compute_dtype
+from ..recurrent_state import register_linear_attention
+from .delta import DeltaNetAttention
+from .gated_delta import mamba2_decay_parameters
+
+
+@register_linear_attention("gdn2")
+class GatedDeltaNet2Attention(DeltaNetAttention):
+    SUMMARY = "Gated DeltaNet-2: a decay, an erase and a write gate per channel"
+    PADDING_NEUTRAL = ("log_decay", "erase", "write")
+
+    def add_gates(self, embed_dim: int, num_heads: int):
+        """W_b (erase, per key channel), W_w (write, per value channel), W_g and its Mamba-2 A (per head) and
+        dt_bias (per key channel; W_g has no bias of its own)."""
+        self.erase_proj = nn.Linear(embed_dim, embed_dim)
+        self.write_proj = nn.Linear(embed_dim, embed_dim)
+        self.decay_proj = nn.Linear(embed_dim, embed_dim, bias=False)
+        self.A_log, self.dt_bias = mamba2_decay_parameters(num_heads, embed_dim)
+
+    def gates(self, x):
+        """B x H x T x head_dim each: the log decay and the erase gate per key channel, the write gate per value
+        channel, in the compute dtype."""
+        dtype = compute_dtype(x)
+        rate = self.split_heads(F.softplus(self.decay_proj(x).to(dtype) + self.dt_bias))
+        return {"log_decay": -self.A_log.to(dtype).exp()[:, None, None] * rate,
+                "erase": torch.sigmoid(self.split_heads(self.erase_proj(x)).to(dtype)),
+                "write": torch.sigmoid(self.split_heads(self.write_proj(x)).to(dtype))}
+
+    def chunked(self, q, k, v, extras, initial_state, return_state):
+        return chunk_gdn2(q, k, v, extras["log_decay"], extras["erase"], extras["write"], self.chunk_size,
+                          initial_state, return_state)
+
+    def step(self, q, k, v, extras, state):
+        return recurrent_gdn2_step(q, k, v, extras["log_decay"], extras["erase"], extras["write"], state)
+
+    @classmethod
+    def benchmark_op(cls, shape, chunk, randn):
+        """`chunk_gdn2`: q, k as for delta; per channel, erase, write gates sigmoid(randn), log decay -softplus(randn)/10."""
+        _, q, k, _ = super().benchmark_op(shape, chunk, randn)
+        log_decay = (-F.softplus(randn(*shape)) / 10).requires_grad_()
+        erase, write = (torch.sigmoid(randn(*shape)).requires_grad_() for _ in range(2))
+        return (lambda q, k, v, g, b, w: chunk_gdn2(q, k, v, g, b, w, chunk)), q, k, (log_decay, erase, write)
