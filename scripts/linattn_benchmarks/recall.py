@@ -3,11 +3,11 @@ through the real command lines (``fairseq-train --task associative_recall --crit
 
 Zoology's protocol, sized for a CPU: each model is trained at each of ``--lrs`` at one width (``--lr-width``) and
 seed 1, and its best learning rate (by accuracy on the headline shape) is then held fixed at every width and seed.
-Every model has the same layers, width, heads, lines per update, updates, training shapes and seeds; the
-mechanisms with an output gate (a d x d projection per layer) get an FFN d/2 narrower, as in the quality study, and
-every parameter count is in the table. Accuracy is that of the asked positions of 1 line in 1 (the model that the
-run ends with), on the training's own shapes and on longer lines with more pairs (``--eval-shapes``), and the
-updates each run needed to first reach 90% on the headline shape are read from its validations.
+Every model has the same layers, width, heads, lines per update, updates, training shapes and seeds, and the same
+parameters: a mechanism's own projections (gates, decays, convolution) are paid for by a narrower FFN, the width
+that gives softmax's count (:func:`equal_ffn`; the counts are in the table). Accuracy is that of the asked
+positions (the model the run ends with), on the headline shape and on longer lines with more pairs, and the updates
+each run needed to first reach 90% on the headline shape are read from its validations.
 
     python scripts/bench_recall.py --quick          # seconds-scale smoke run (the tests run it)
     python scripts/bench_recall.py                  # the default sweep (hours on 2 CPU cores: see its table)
@@ -88,7 +88,7 @@ class Recall:
             return self.runs[key]
         s = self.s
         arch, options = MODELS[model]
-        ffn = 4 * width - (width // 2 if model in GATED else 0)  # the output gate's d x d, paid for by the FFN
+        ffn = equal_ffn(model, width, s)
         tag = f"{model}-d{width}-lr{lr:g}-s{seed}".replace("+", "p")
         log = fairseq(
             "fairseq-train", "--user-dir", USER_DIR, "--task", "associative_recall", "--criterion",
@@ -113,6 +113,27 @@ class Recall:
         say(f"   {tag}: {run['params']:,} parameters, {run['train_seconds']:.0f} s, accuracy "
             + ", ".join(f"{split} {acc:.3f}" for split, acc in run["accuracy"].items()), "recall")
         return run
+
+
+def parameters(model: str, width: int, ffn: int, s: Scale) -> int:
+    from fairseq_linattn.models.standalone import DictionaryTask, build_model
+
+    arch, options = MODELS[model]
+    flags = dict(zip((o.lstrip("-").replace("-", "_") for o in options[::2]), options[1::2]))
+    built = build_model(arch, DictionaryTask(2 * s.num_keys), decoder_layers=s.layers, decoder_embed_dim=width,
+                        decoder_ffn_embed_dim=ffn, decoder_attention_heads=s.heads, decoder_input_dim=width,
+                        decoder_output_dim=width, share_decoder_input_output_embed=True, tokens_per_sample=s.longest,
+                        max_target_positions=s.longest, add_bos_token=False, tpu=False, **flags)
+    return sum(p.numel() for p in built.parameters())
+
+
+def equal_ffn(model: str, width: int, s: Scale) -> int:
+    """The FFN width that gives ``model`` softmax's parameter count at FFN 4 x width (the parameters grow linearly
+    with the FFN: a mechanism's gates and projections are paid for by a narrower FFN)."""
+    target = parameters(SOFTMAX, width, 4 * width, s)
+    wide, narrow = parameters(model, width, 4 * width, s), parameters(model, width, 2 * width, s)
+    per_unit = (wide - narrow) / (2 * width)
+    return max(1, round(4 * width - (wide - target) / per_unit))
 
 
 def accuracy_curve(log: str, split: str) -> List[Tuple[int, float]]:
