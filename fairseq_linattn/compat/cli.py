@@ -13,7 +13,8 @@ models' attention options (checked when the model is built, after data loading),
 middle of generation), ``fairseq-eval-lm --context-window`` not below ``--tokens-per-sample`` (a bare
 ValueError), ``fairseq-train --fp16`` where torch sees no CUDA GPU ("Torch not compiled with CUDA enabled"
 when the optimizer is built) and ``--post-process sentencepiece`` with ``--bpe sentencepiece`` (the text decoded
-twice: words without spaces between them, scored without a word). Each is argparse's ``<command>: error:
+twice: words without spaces between them, scored without a word), a ``--path`` that is missing, damaged or no
+checkpoint (found after the data was loaded) and our tasks' options. Each is argparse's ``<command>: error:
 <message>`` and exit status 2.
 """
 import argparse
@@ -99,7 +100,7 @@ def command_line_problem(args):
         return (f"--context-window {window} must be smaller than --tokens-per-sample {sample}: each window scores "
                 f"{sample} - {window} new tokens after {window} tokens of context (e.g. --context-window "
                 f"{sample // 2})")
-    problem = task_problem(args)
+    problem = task_problem(args) or checkpoint_path_problem(args)
     if problem:
         return problem
     from fairseq.models import ARCH_MODEL_REGISTRY
@@ -142,4 +143,29 @@ def task_problem(args):
     if hasattr(args, "max_update") and criterion != AssociativeRecallTask.CRITERION:
         return (f"--task associative_recall scores the asked positions only: use --criterion "
                 f"{AssociativeRecallTask.CRITERION}, not {criterion}")
+    return None
+
+
+def checkpoint_path_problem(args):
+    """fairseq-generate, -validate, -eval-lm and -interactive load ``--path`` (``a.pt:b.pt`` for an ensemble) after
+    the data: a missing file was fairseq's "Model file not found" traceback, a damaged or foreign one ours. Both are
+    known from the file alone, so they are one line at start-up."""
+    import os
+
+    from ..checkpoints.integrity import unreadable_reason
+
+    path = getattr(args, "path", None)
+    if not path or int(getattr(args, "checkpoint_shard_count", 1) or 1) > 1:
+        return None  # (sharded checkpoints are found by suffixes fairseq adds)
+    for file in str(path).split(os.pathsep):
+        if "://" in file:
+            continue
+        if not os.path.isfile(file):
+            folder = os.path.dirname(file) or "."
+            saved = sorted(f for f in os.listdir(folder) if f.endswith(".pt")) if os.path.isdir(folder) else []
+            return (f"--path {file} does not exist" + (f"; {folder} holds {', '.join(saved[:6])}" if saved else
+                                                      "") + ": pass a checkpoint that fairseq-train saved")
+        reason = unreadable_reason(file)
+        if reason:
+            return f"--path {file} cannot be loaded: {reason}"
     return None

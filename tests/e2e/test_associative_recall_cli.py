@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from .cli import COMMON, DECODER, USER_DIR, run
+from .cli import COMMON, DECODER, USER_DIR, page_commands, run, with_values
 
 RECALL = ["--task", "associative_recall", "--criterion", "associative_recall", "--train-shapes", "32:4,64:8",
           "--valid-shapes", "64:8", "--train-lines", "256", "--valid-lines", "32", "--tokens-per-sample", "128",
@@ -41,3 +41,22 @@ def test_a_wrong_criterion_is_one_line_at_start_up(tmp_path):
               subprocess=True)
     assert log.returncode == 2 and "Traceback" not in log, log[-3000:]
     assert log.strip().splitlines()[-1].startswith("fairseq-train: error: --task associative_recall scores the asked")
+
+
+def as_run(argv):
+    """A page's command for run(): the plugin folder (relative to the repository's root on the page) absolute."""
+    return [USER_DIR if arg == "fairseq_linattn" else arg for arg in with_values(argv)]
+
+
+def test_the_pages_commands_run_as_written(tmp_path):
+    """docs/recall.md's fairseq-train and fairseq-validate, with tiny sizes appended (the last value wins)."""
+    (train,) = page_commands("docs/recall.md", "fairseq-train")
+    (validate,) = page_commands("docs/recall.md", "fairseq-validate")
+    tiny = ["--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64", "--decoder-input-dim", "32",
+            "--decoder-output-dim", "32", "--train-lines", "64", "--valid-lines", "16", "--batch-size", "16",
+            "--max-update", "4", "--total-num-update", "4", "--warmup-updates", "1", "--validate-interval-updates",
+            "2", "--cpu", "--num-workers", "0", "--log-format", "simple"]
+    log = run(*as_run(train), *tiny, cwd=tmp_path)
+    assert accuracy(log, "L1024_P128") >= 0 and accuracy(log, "L512_P64") >= 0
+    log = run(*as_run(validate), "--cpu", cwd=tmp_path)
+    assert accuracy(log, "L256_P16") >= 0 and accuracy(log, "L384_P48") >= 0

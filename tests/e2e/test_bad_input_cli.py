@@ -114,25 +114,41 @@ def test_checkpoints_that_do_not_fit_name_the_cause(mlm_data, lm_checkpoint, lin
            "[16, 16] in the checkpoint, [8, 8] here" in log
 
 
-DAMAGES = {  # how the file is made from a whole checkpoint's bytes, and the error's last line
-    "truncated": (lambda data: data[: len(data) // 2], "CorruptCheckpointError: cannot load {path}: it is truncated"),
-    "empty": (lambda data: b"", "CorruptCheckpointError: cannot load {path}: it is empty (0 bytes)"),
-    # a wrong path, not a damaged checkpoint: no "cut off while being written"
+DAMAGES = {  # how the file is made from a whole checkpoint's bytes, and the one line the command ends with
+    "truncated": (lambda data: data[: len(data) // 2], "--path {path} cannot be loaded: it is truncated"),
+    "empty": (lambda data: b"", "--path {path} cannot be loaded: it is empty (0 bytes)"),
+    # a wrong path, not a damaged checkpoint
     "random bytes": (lambda data: bytes(range(7, 207)) * 3,
-                     "NotACheckpointError: cannot load {path}: it is not a PyTorch checkpoint (600 bytes starting "
+                     "--path {path} cannot be loaded: it is not a PyTorch checkpoint (600 bytes starting "
                      "b'\\x07\\x08\\t\\n"),
+    "missing": (None, "--path {path} does not exist"),
 }
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
-def test_a_damaged_checkpoint_file_names_the_damage(damage, mlm_data, lm_checkpoint, tmp_path):
+def test_a_damaged_or_missing_checkpoint_is_one_line_at_start_up(damage, mlm_data, lm_checkpoint, tmp_path):
+    """fairseq found these after loading the data (a traceback: "Model file not found", or ours); the file alone
+    says what is wrong, so the command line's check does, in argparse's one line."""
     make, message = DAMAGES[damage]
     path = tmp_path / "damaged.pt"
-    path.write_bytes(make((lm_checkpoint / "checkpoint_last.pt").read_bytes()))
+    if make is not None:
+        path.write_bytes(make((lm_checkpoint / "checkpoint_last.pt").read_bytes()))
     log = run("fairseq-eval-lm", mlm_data, "--user-dir", USER_DIR, "--path", path, "--cpu", "--tokens-per-sample",
               "64", check=False)
-    assert message.format(path=path) in log and log.returncode != 0, log[-2000:]
-    assert ("cut off while being written" in log) == (damage != "random bytes"), log[-2000:]
+    assert log.returncode == 2 and "Traceback" not in log, log[-2000:]
+    assert log.strip().splitlines()[-1].startswith("fairseq-eval-lm: error: " + message.format(path=path)), log[-2000:]
+
+
+def test_a_damaged_checkpoint_found_while_loading_still_names_the_damage(lm_checkpoint, tmp_path):
+    """Where no command line checked the file first (the hub, a resume), loading says what is wrong with it."""
+    from fairseq_linattn.checkpoints import CorruptCheckpointError, safe_torch_load
+
+    for damage in ("truncated", "random bytes"):
+        path = tmp_path / f"{damage}.pt"
+        path.write_bytes(DAMAGES[damage][0]((lm_checkpoint / "checkpoint_last.pt").read_bytes()))
+        with pytest.raises(CorruptCheckpointError) as error:
+            safe_torch_load(str(path))
+        assert ("cut off while being written" in str(error.value)) == (damage == "truncated"), str(error.value)
 
 
 def test_a_missing_restore_file_is_an_error_and_nothing_is_overwritten(mlm_data, lm_checkpoint, tmp_path):
