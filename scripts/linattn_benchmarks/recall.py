@@ -11,9 +11,11 @@ each run needed to first reach 90% on the headline shape are read from its valid
 
     python scripts/bench_recall.py --quick          # seconds-scale smoke run (the tests run it)
     python scripts/bench_recall.py                  # the default sweep (hours on 2 CPU cores: see its table)
+    python scripts/bench_recall.py --models softmax,gated-delta   # some models; finished runs are not run again
 """
 import shutil
 import time
+import zlib
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Tuple
@@ -87,10 +89,27 @@ class Recall:
         if key in self.runs:
             return self.runs[key]
         s = self.s
-        arch, options = MODELS[model]
         ffn = equal_ffn(model, width, s)
         tag = f"{model}-d{width}-lr{lr:g}-s{seed}".replace("+", "p")
-        log = fairseq(
+        log_path = self.work / "logs" / f"{tag}.log"
+        if log_path.exists() and "done training" in log_path.read_text(errors="replace"):
+            log = log_path.read_text(errors="replace")  # a run an earlier call of the study finished
+        else:
+            log = self.fairseq_train(model, width, lr, seed, ffn, log_path)
+        curves = {split: accuracy_curve(log, split) for split in s.splits}
+        run = {"model": model, "width": width, "lr": lr, "seed": seed, "params": parameter_count(log),
+               "seconds_per_update": seconds_per_update(log), "train_seconds": train_seconds(log),
+               "accuracy": {split: curve[-1][1] / 100 for split, curve in curves.items()}, "curves": curves,
+               "updates_to_90": next((u for u, a in curves[s.headline] if a >= 90.0), None)}
+        self.runs[key] = run
+        say(f"   {tag}: {run['params']:,} parameters, {run['train_seconds']:.0f} s, accuracy "
+            + ", ".join(f"{split} {acc:.3f}" for split, acc in run["accuracy"].items()), "recall")
+        return run
+
+    def fairseq_train(self, model: str, width: int, lr: float, seed: int, ffn: int, log_path: Path) -> str:
+        s = self.s
+        arch, options = MODELS[model]
+        return fairseq(
             "fairseq-train", "--user-dir", USER_DIR, "--task", "associative_recall", "--criterion",
             "associative_recall", "--arch", arch, *options, "--decoder-layers", s.layers, "--decoder-embed-dim", width,
             "--decoder-ffn-embed-dim", ffn, "--decoder-attention-heads", s.heads, "--decoder-input-dim", width,
@@ -103,16 +122,7 @@ class Recall:
             s.updates, "--max-update", s.updates, "--weight-decay", "0.1", "--clip-norm", "1.0", "--dropout", "0",
             "--validate-interval-updates", max(1, s.updates // s.validations), "--validate-interval", 1_000_000,
             "--no-save", "--seed", seed, "--cpu", "--num-workers", "0", "--log-format", "simple", "--log-interval",
-            min(25, max(1, s.updates // 10)), log=self.work / "logs" / f"{tag}.log", echo=None)
-        curves = {split: accuracy_curve(log, split) for split in s.splits}
-        run = {"model": model, "width": width, "lr": lr, "seed": seed, "params": parameter_count(log),
-               "seconds_per_update": seconds_per_update(log), "train_seconds": train_seconds(log),
-               "accuracy": {split: curve[-1][1] / 100 for split, curve in curves.items()}, "curves": curves,
-               "updates_to_90": next((u for u, a in curves[s.headline] if a >= 90.0), None)}
-        self.runs[key] = run
-        say(f"   {tag}: {run['params']:,} parameters, {run['train_seconds']:.0f} s, accuracy "
-            + ", ".join(f"{split} {acc:.3f}" for split, acc in run["accuracy"].items()), "recall")
-        return run
+            min(25, max(1, s.updates // 10)), log=log_path, echo=None)
 
 
 def parameters(model: str, width: int, ffn: int, s: Scale) -> int:
@@ -153,6 +163,8 @@ class RecallBenchmark(Study):
         parser.add_argument("--widths", default=None, help="comma-separated d_model values (default: the scale's)")
         parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the scale's)")
         parser.add_argument("--updates", type=int, default=None, help="updates per run (default: the scale's)")
+        parser.add_argument("--fresh", action="store_true", help="train every run again (default: a run whose log "
+                            "says it finished is read back)")
 
     def scale(self, args) -> Scale:
         s = SCALES["quick" if args.quick else "default"]
@@ -173,8 +185,12 @@ class RecallBenchmark(Study):
 
     def measure(self, args, data):
         s = self.scale(args)
-        work = Path(args.work_dir) / ("quick" if args.quick else "default")
-        shutil.rmtree(work, ignore_errors=True)
+        # the runs of one budget (a finished run's log is read again, not rerun: a sweep can be spread over several
+        # calls, --models by --models); --fresh starts over
+        budget = {k: v for k, v in asdict(s).items() if k not in ("widths", "lr_width", "lrs", "seeds", "models")}
+        work = Path(args.work_dir) / f"{'quick' if args.quick else 'default'}-{zlib.crc32(repr(budget).encode()):08x}"
+        if args.fresh:
+            shutil.rmtree(work, ignore_errors=True)
         study, started = Recall(work, s), time.time()
         out = data.setdefault("study", {"scale": asdict(s), "lr_search": {}, "runs": []})
         for model in s.models:  # the learning rate, at one width and seed 1
