@@ -1,5 +1,6 @@
 """The shipped hydra configs mirror fairseq's recipes: identical apart from the model section."""
 import os
+import sys
 
 import fairseq
 import pytest
@@ -52,3 +53,17 @@ def test_translation_config_names_a_registered_arch_and_valid_options():
     assert ours["model"]["_name"] == "linear_transformer_iwslt_de_en" and ours["model"]["_name"] in ARCH_MODEL_REGISTRY
     assert ours["task"]["_name"] == "translation" and ours["model"]["cross_attention"] in ("kernel", "softmax")
     assert ours["criterion"]["_name"] == "label_smoothed_cross_entropy"
+
+
+def test_a_config_name_that_names_no_config_is_one_line(monkeypatch, capsys):
+    """hydra said "Could not override 'task.data'" (the config it composed was empty), hiding the mistyped name."""
+    from fairseq_linattn.cli import hydra_train
+
+    monkeypatch.setattr(sys, "argv", ["fairseq-linattn-hydra-train", "--config-name", "pretraining/linformer_bse",
+                                      "task.data=/tmp"])
+    with pytest.raises(SystemExit) as stop:
+        hydra_train.cli_main()
+    assert stop.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line.startswith("fairseq-linattn-hydra-train: error: no config named 'pretraining/linformer_bse': the "
+                           "shipped ones are finetuning/cola,") and "pretraining/linformer_base" in line, line

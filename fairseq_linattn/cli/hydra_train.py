@@ -52,12 +52,40 @@ def use_shipped_configs(argv: List[str]) -> List[str]:
     return argv
 
 
+def shipped_configs() -> List[str]:
+    return sorted(os.path.relpath(os.path.join(folder, name), CONFIG_DIR)[: -len(".yaml")]
+                  for folder, _, names in os.walk(CONFIG_DIR) for name in names if name.endswith(".yaml"))
+
+
+def missing_config(argv: List[str]):
+    """The ``--config-name`` that names no config (hydra then fails on the first override, "Could not override
+    'task.data'", which hides the cause), or None. Only without ``--config-dir``: the shipped configs (after
+    :func:`use_shipped_configs`) and fairseq's own."""
+    if any(a in ("--config-dir", "-cd") or a.startswith("--config-dir=") for a in argv):
+        return None
+    import fairseq
+
+    fairseq_configs = os.path.join(os.path.dirname(fairseq.__file__), "config")
+    for flag in ("--config-name", "-cn"):
+        if flag in argv and argv.index(flag) + 1 < len(argv):
+            name = argv[argv.index(flag) + 1]
+            if not os.path.exists(os.path.join(fairseq_configs, name + ".yaml")):
+                return name
+    return None
+
+
 def cli_main():
     from fairseq_cli import hydra_train
 
     import fairseq_linattn  # noqa: F401  (registers our models before hydra composes)
 
-    sys.argv = [sys.argv[0]] + rewrite_overrides(sys.argv[1:])
+    argv = rewrite_overrides(sys.argv[1:])
+    name = missing_config(argv)
+    if name is not None:
+        print(f"{os.path.basename(sys.argv[0])}: error: no config named {name!r}: the shipped ones are "
+              f"{', '.join(shipped_configs())} (or pass --config-dir with your own)", file=sys.stderr)
+        sys.exit(2)
+    sys.argv = [sys.argv[0]] + argv
     hydra_train.cli_main()
 
 

@@ -100,7 +100,7 @@ def command_line_problem(args):
         return (f"--context-window {window} must be smaller than --tokens-per-sample {sample}: each window scores "
                 f"{sample} - {window} new tokens after {window} tokens of context (e.g. --context-window "
                 f"{sample // 2})")
-    problem = task_problem(args) or checkpoint_path_problem(args)
+    problem = task_problem(args) or data_problem(args) or checkpoint_path_problem(args)
     if problem:
         return problem
     from fairseq.models import ARCH_MODEL_REGISTRY
@@ -168,4 +168,19 @@ def checkpoint_path_problem(args):
         reason = unreadable_reason(file)
         if reason:
             return f"--path {file} cannot be loaded: {reason}"
+    return None
+
+
+def data_problem(args):
+    """The data folder(s) fairseq reads its dictionaries and splits from (``a:b`` for shards), missing: fairseq's
+    FileNotFoundError about ``dict.txt`` came after the model or the task had started."""
+    import os
+
+    data = getattr(args, "data", None)
+    if not data or not isinstance(data, str):
+        return None
+    for folder in data.split(os.pathsep):
+        if folder and "://" not in folder and not os.path.exists(folder):
+            return (f"the data folder {folder} does not exist: pass the --destdir of fairseq-preprocess (the folder "
+                    f"with dict.txt and the binarized splits)")
     return None

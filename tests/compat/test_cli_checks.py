@@ -6,6 +6,10 @@ import sys
 import pytest
 from fairseq import options
 
+from tests.pages import ROOT
+
+CHECKPOINT = str(ROOT / "tests" / "checkpoints" / "v0_1" / "linear_transformer_lm.pt")  # a whole one, for --path
+
 
 def parse_error(monkeypatch, capsys, make_parser, *argv):
     monkeypatch.setattr(sys, "argv", list(argv))
@@ -34,11 +38,11 @@ def test_our_attention_options_are_checked_when_the_command_line_is_parsed(monke
 
 def test_beam_0_and_a_context_window_as_long_as_a_sample(monkeypatch, capsys, tmp_path):
     line = parse_error(monkeypatch, capsys, options.get_generation_parser, "fairseq-generate", str(tmp_path),
-                       "--path", "m.pt", "--beam", "0")
+                       "--path", CHECKPOINT, "--beam", "0")
     assert line == ("fairseq-generate: error: --beam is the number of hypotheses kept per sentence and must be "
                     "at least 1, got 0")
     line = parse_error(monkeypatch, capsys, options.get_eval_lm_parser, "fairseq-eval-lm", str(tmp_path), "--path",
-                       "m.pt", "--tokens-per-sample", "64", "--context-window", "64")
+                       CHECKPOINT, "--tokens-per-sample", "64", "--context-window", "64")
     assert line.startswith("fairseq-eval-lm: error: --context-window 64 must be smaller than --tokens-per-sample 64")
 
 
@@ -53,7 +57,7 @@ def test_fp16_training_without_a_gpu(monkeypatch, capsys, tmp_path):
                            "language_modeling", "--arch", "transformer_lm", fp16)
         assert line == ("fairseq-train: error: --fp16 trains on a CUDA GPU and torch sees none on this machine: pass "
                         "--cpu instead (or --bf16 --cpu for 16-bit training on the CPU)")
-    monkeypatch.setattr(sys, "argv", ["fairseq-eval-lm", str(tmp_path), "--path", "m.pt", "--fp16"])
+    monkeypatch.setattr(sys, "argv", ["fairseq-eval-lm", str(tmp_path), "--path", CHECKPOINT, "--fp16"])
     assert options.parse_args_and_arch(options.get_eval_lm_parser()).fp16
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(sys, "argv", ["fairseq-train", str(tmp_path), "--task", "language_modeling", "--arch",
@@ -63,15 +67,33 @@ def test_fp16_training_without_a_gpu(monkeypatch, capsys, tmp_path):
 
 def test_sentencepiece_decoded_twice(monkeypatch, capsys, tmp_path):
     line = parse_error(monkeypatch, capsys, options.get_generation_parser, "fairseq-generate", str(tmp_path), "--path",
-                       "m.pt", "--bpe", "sentencepiece", "--post-process", "sentencepiece")
+                       CHECKPOINT, "--bpe", "sentencepiece", "--post-process", "sentencepiece")
     assert line.startswith("fairseq-generate: error: --post-process sentencepiece and --bpe sentencepiece both decode")
-    monkeypatch.setattr(sys, "argv", ["fairseq-generate", str(tmp_path), "--path", "m.pt", "--post-process",
+    monkeypatch.setattr(sys, "argv", ["fairseq-generate", str(tmp_path), "--path", CHECKPOINT, "--post-process",
                                       "sentencepiece"])  # alone, each decodes once
     assert options.parse_args_and_arch(options.get_generation_parser()).post_process == "sentencepiece"
 
 
 def test_good_command_lines_parse_as_before(monkeypatch, tmp_path):
-    monkeypatch.setattr(sys, "argv", ["fairseq-eval-lm", str(tmp_path), "--path", "m.pt", "--tokens-per-sample",
+    monkeypatch.setattr(sys, "argv", ["fairseq-eval-lm", str(tmp_path), "--path", CHECKPOINT, "--tokens-per-sample",
                                       "64", "--context-window", "32"])
     args = options.parse_args_and_arch(options.get_eval_lm_parser())
     assert args.context_window == 32 and args.tokens_per_sample == 64
+
+
+def test_a_missing_data_folder_or_checkpoint_is_one_line(monkeypatch, capsys, tmp_path):
+    """fairseq found both after loading the model or the data (FileNotFoundError for dict.txt, "Model file not
+    found"): the command line names them."""
+    line = parse_error(monkeypatch, capsys, options.get_training_parser, "fairseq-train", str(tmp_path / "nope"),
+                       "--task", "language_modeling", "--arch", "linear_transformer_lm")
+    assert line.startswith(f"fairseq-train: error: the data folder {tmp_path / 'nope'} does not exist: pass the "
+                           "--destdir of fairseq-preprocess"), line
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "checkpoint_best.pt").write_bytes(b"")
+    line = parse_error(monkeypatch, capsys, options.get_eval_lm_parser, "fairseq-eval-lm", str(tmp_path), "--path",
+                       str(tmp_path / "ckpt" / "checkpoint_last.pt"))
+    assert line == (f"fairseq-eval-lm: error: --path {tmp_path / 'ckpt' / 'checkpoint_last.pt'} does not exist; "
+                    f"{tmp_path / 'ckpt'} holds checkpoint_best.pt: pass a checkpoint that fairseq-train saved"), line
+    line = parse_error(monkeypatch, capsys, options.get_eval_lm_parser, "fairseq-eval-lm", str(tmp_path), "--path",
+                       str(tmp_path / "ckpt" / "checkpoint_best.pt"))
+    assert line.endswith("checkpoint_best.pt cannot be loaded: it is empty (0 bytes)"), line

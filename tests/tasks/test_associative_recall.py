@@ -11,7 +11,7 @@ from fairseq import options
 from fairseq_linattn.criterions.associative_recall import AssociativeRecallCriterion
 from fairseq_linattn.tasks.associative_recall import AssociativeRecallConfig, AssociativeRecallTask
 from fairseq_linattn.tasks.mqar import IGNORED, Shape, mqar_example, power_law
-from tests.compat.test_cli_checks import parse_error
+from tests.compat.test_cli_checks import CHECKPOINT, parse_error
 
 
 def task(**overrides) -> AssociativeRecallTask:
@@ -127,7 +127,7 @@ def test_mistakes_are_one_line_when_the_command_line_is_parsed(monkeypatch, caps
 
 def test_validate_takes_the_checkpoints_criterion(monkeypatch):
     """fairseq-validate builds the criterion the checkpoint saved: its default --criterion is not a mistake."""
-    monkeypatch.setattr(sys, "argv", ["fairseq-validate", "--task", "associative_recall", "--path", "m.pt",
+    monkeypatch.setattr(sys, "argv", ["fairseq-validate", "--task", "associative_recall", "--path", CHECKPOINT,
                                       "--valid-subset", "L512_P64"])
     args = options.parse_args_and_arch(options.get_validation_parser())
     assert args.task == "associative_recall" and isinstance(args, Namespace)
