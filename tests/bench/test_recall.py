@@ -1,0 +1,54 @@
+"""The recall study: what it reads back from fairseq's logs, the parameter equalisation, and its --quick run
+through the real command lines (learning-rate search, then each model at its best rate) producing the table,
+JSON and plot, and reading a finished run back instead of training it again."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from linattn_benchmarks.recall import MODELS, SCALES, SOFTMAX, accuracy_curve, equal_ffn, parameters
+from linattn_benchmarks.runner import ROOT
+
+LOG = """\
+13:26:01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 7.202 | accuracy 0.88 | ppl 147.22 | num_updates 20
+13:26:35 | INFO | L512_P64 | epoch 001 | valid on 'L512_P64' subset | loss 7.241 | accuracy 0.82 | bsz 64 | num_updates 20
+13:27:01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 2.2 | accuracy 91.5 | ppl 4.6 | num_updates 40
+"""
+
+
+def test_accuracy_curves_read_back():
+    assert accuracy_curve(LOG, "valid") == [(20, 0.88), (40, 91.5)]
+    assert accuracy_curve(LOG, "L512_P64") == [(20, 0.82)]
+
+
+@pytest.mark.parametrize("model", [m for m in MODELS if m != SOFTMAX])
+def test_every_model_gets_softmaxs_parameter_count(model):
+    s = SCALES["default"]
+    target = parameters(SOFTMAX, 64, 256, s)
+    assert abs(parameters(model, 64, equal_ffn(model, 64, s), s) - target) <= 0.002 * target
+
+
+@pytest.mark.slow
+def test_quick_run_writes_the_tables_and_reads_finished_runs_back(tmp_path):
+    command = [sys.executable, os.path.join(ROOT, "scripts", "bench_recall.py"), "--quick", "--out", str(tmp_path),
+               "--work-dir", str(tmp_path / "work")]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    data = json.loads((tmp_path / "recall.json").read_text())
+    study = data["study"]
+    quick = SCALES["quick"]
+    assert set(study["lr_search"]) == set(quick.models)
+    assert len(study["runs"]) == len(quick.models) * len(quick.lrs)  # the widest runs reuse the search's
+    for run in study["runs"]:
+        assert set(run["accuracy"]) == set(quick.splits) and all(0 <= a <= 1 for a in run["accuracy"].values())
+    markdown = (tmp_path / "recall.md").read_text()
+    assert "**Learning rates**" in markdown and "| elu+1 | 32 |" in markdown and (tmp_path / "recall.png").exists()
+    logs = {path: path.stat().st_mtime_ns for path in (tmp_path / "work").rglob("*.log")}
+    assert len(logs) == len(study["runs"])
+    again = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    # every run read back from its log, none trained again
+    assert {path: path.stat().st_mtime_ns for path in (tmp_path / "work").rglob("*.log")} == logs
+    assert json.loads((tmp_path / "recall.json").read_text())["study"]["runs"] == study["runs"]
