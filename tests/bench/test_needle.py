@@ -1,0 +1,63 @@
+"""The needle benchmark: prompts of an exact length with the needle between sentences at the depth asked, the
+digits read back from a generation, and its --quick run through the real command lines (slow)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from fairseq.data import Dictionary
+from linattn_benchmarks.needle import FILLER, INSTRUCTION, Prompts, first_number, needle, question
+from linattn_benchmarks.runner import ROOT
+
+
+class WordLM:
+    """What Prompts uses of a hub interface, with one word a token."""
+
+    def __init__(self, text):
+        self.src_dict = Dictionary()
+        for word in " ".join([FILLER, INSTRUCTION, needle("apple", "1234567"), question("apple"), text]).split():
+            self.src_dict.add_symbol(word)
+
+    def apply_bpe(self, text):
+        return text
+
+    def binarize(self, text):
+        return self.src_dict.encode_line(text, add_if_not_exist=False).long()
+
+
+@pytest.mark.parametrize("haystack", ["filler", "text"])
+@pytest.mark.parametrize("depth", [0.0, 0.3, 0.9])
+def test_a_prompt_has_the_length_asked_and_the_needle_between_sentences(haystack, depth):
+    lm = WordLM("First one here. Second one there. Third one. " * 3)
+    prompts = Prompts(lm, "First one here. Second one there. Third one. " * 3)
+    ids = prompts.make(haystack, 120, depth, "apple", "1234567", offset=5)
+    words = lm.src_dict.string(ids).split()
+    assert len(ids) == 120 and words[-len(question("apple").split()):] == question("apple").split()
+    start = next(i for i in range(len(words)) if words[i:i + 3] == ["The", "special", "magic"] and "is:" in words[i:i + 8])
+    assert words[start + 7] == "1234567."
+    hay_start = len(INSTRUCTION.split())
+    assert words[hay_start - 1].endswith(".") and (start == hay_start or words[start - 1].endswith("."))
+    room = 120 - hay_start - len(needle("apple", "1234567").split()) - len(question("apple").split())
+    assert int(depth * room) <= start - hay_start <= int(depth * room) + 8  # at the depth, at the next sentence
+
+
+def test_the_digits_are_read_back():
+    assert first_number(" 1234567. The") == "1234567"
+    assert first_number(": 12 34 567") == "1234567"  # sentencepiece may split the digits with spaces
+    assert first_number(":::") == "" and first_number("9") == "9"
+
+
+@pytest.mark.slow
+def test_quick_run_writes_the_table(tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_needle.py"), "--quick", "--out",
+                           str(tmp_path), "--work-dir", str(tmp_path / "work")], capture_output=True, text=True,
+                          env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    study = json.loads((tmp_path / "needle.json").read_text())["study"]
+    assert study["multiples"] == [2, 4] and len(study["depths"]) == 4
+    for model in study["models"].values():
+        assert set(model["accuracy"]) == {"filler", "text"}
+        assert all(len(a) == 2 and all(0 <= x <= 1 for x in a) for a in model["accuracy"].values())
+    assert "| transformer_lm |" in (tmp_path / "needle.md").read_text() and (tmp_path / "needle.png").exists()
