@@ -47,6 +47,6 @@ def mechanism_arch(mechanism: str, args):
     base_lm_architecture(args)
 
 
-# linear_transformer_lm_retention, _gla, _delta, _gated_delta: one per registered mechanism
+# linear_transformer_lm_<mechanism>: one per registered mechanism (its name with - as _)
 register_archs("linear_transformer_lm",
                {name.replace("-", "_"): partial(mechanism_arch, name) for name in linear_attentions()})

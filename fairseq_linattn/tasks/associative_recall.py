@@ -9,7 +9,7 @@ e.g. at 2x and 4x the training's length and pairs. fairseq-train logs the accura
 on, fairseq-validate the accuracy of each ``--valid-subset``.
 
     fairseq-train --user-dir fairseq_linattn --task associative_recall --criterion associative_recall \\
-        --arch linear_transformer_lm --linear-attention gated-delta --decoder-layers 2 --decoder-embed-dim 128 \\
+        --arch linear_transformer_lm --linear-attention gdn2 --decoder-layers 2 --decoder-embed-dim 128 \\
         --batch-size 64 --optimizer adam --lr 1e-3 --max-update 1500 --valid-subset valid,L512_P64
 """
 import logging

@@ -4,7 +4,7 @@ key side and a write gate on the value side, on Kimi Delta Attention's decay per
     S_t = (I - k_t (b_t ⊙ k_t)^T) D_t S_{t-1} + k_t (w_t ⊙ v_t)^T,    o_t = S_t^T q_t
 
 with D_t = diag(exp(g_t)), g_t = -exp(A) softplus(W_g x_t + dt_bias) per key channel (A per head; Mamba-2's
-initialisation, as :mod:`.gated_delta`'s, with dt_bias per key channel), b_t = sigmoid(W_b x_t) per key channel
+initialisation, as Gated DeltaNet's, with dt_bias per key channel), b_t = sigmoid(W_b x_t) per key channel
 (how much of what the state holds under k_t is erased, channel by channel) and w_t = sigmoid(W_w x_t) per value
 channel (how much of v_t is written). b = w = β is KDA; with one decay per head too, Gated DeltaNet.
 
@@ -15,11 +15,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..decay_init import mamba2_decay_parameters
 from ..ops.gdn2 import chunk_gdn2, recurrent_gdn2_step
 from ..ops.linear_attn.utils import compute_dtype
 from ..recurrent_state import register_linear_attention
 from .delta import DeltaNetAttention
-from .gated_delta import mamba2_decay_parameters
 
 
 @register_linear_attention("gdn2")

@@ -25,7 +25,7 @@ The solve and the loop over chunks are the delta rule's (:func:`..delta_rule.uti
 
 Cost per chunk (C = ``chunk_size``, rounded up to whole sub-chunks above 16; S = 16): the two score matrices
 O(C^2 M) each, plus O(C S M) time and N x S x S x M memory per sub-chunk row where the explicit weights are
-needed; the solve O(C^2 (M + D)); the loop O(C M D). Twice the score work of the gated delta rule, whose
+needed; the solve O(C^2 (M + D)); the loop O(C M D). Twice the score work of :mod:`..delta_rule` with a decay, whose
 decay is one per head (a C x C weight matrix).
 
 The last chunk is padded with q = k = v = g = b = w = 0: L's rows there are the identity, u = 0, the state is
