@@ -43,17 +43,9 @@ from ..linear_attn.utils import matrix_state
 from .utils import check_gdn2_inputs
 
 
-def chunk_gdn2(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    log_decay: Tensor,
-    erase: Tensor,
-    write: Tensor,
-    chunk_size: int = 64,
-    initial_state: Optional[Tensor] = None,
-    return_state: bool = False,
-) -> Union[Tensor, Tuple[Tensor, Tensor]]:
+def chunk_gdn2(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, erase: Tensor, write: Tensor, chunk_size: int = 64,
+               initial_state: Optional[Tensor] = None, return_state: bool = False
+               ) -> Union[Tensor, Tuple[Tensor, Tensor]]:
     """Gated DeltaNet-2 over whole sequences, chunk by chunk, with the token-by-token recurrence's result.
 
     q, k: ``... x T x M`` (keys L2-normalised by the caller), v: ``... x T x D``, log_decay: ``... x T x M``
