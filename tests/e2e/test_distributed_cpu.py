@@ -105,7 +105,7 @@ def test_fsdp_on_cpu_stops_at_start_up_with_the_reason(mlm_data, tmp_path):
 
 
 FSDP_PROBE = """
-import sys, tempfile, traceback
+import sys, tempfile, time, traceback
 import torch, torch.distributed as dist, torch.multiprocessing as mp
 
 def worker(rank, store, compute_device):
@@ -120,6 +120,13 @@ def worker(rank, store, compute_device):
         where = traceback.extract_tb(error.__traceback__)
         fairscale = [f.name for f in where if "fairscale" in f.filename]
         print(f"STOPPED rank {rank}: {type(error).__name__}: {str(error)[:80]} in {fairscale[-1]}", flush=True)
+    finally:  # a rank that exits first tears down the gloo pairs the other may still be connecting (a new group):
+        # both wait for both, through a file store that needs no gloo connection
+        done = dist.FileStore(f"{store}.done", 2)
+        done.add("finished", 1)
+        deadline = time.monotonic() + 60
+        while done.add("finished", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 if __name__ == "__main__":  # forked workers (no import each); fairseq's default compute device, then the CPU
     import fairseq.distributed.fully_sharded_data_parallel  # noqa: F401
