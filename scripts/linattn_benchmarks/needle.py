@@ -34,7 +34,7 @@ from .fairseq_runs import prepare_corpus, say
 from .machine import machine_line
 from .quality import LM_MODELS, SCALES, SOFTMAX_LM, Quality
 from .report import md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point
+from .runner import ROOT, Study, entry_point, positive_int, positive_ints
 
 INSTRUCTION = ("A special magic number is hidden within the following text. Make sure to memorize it. I will quiz "
                "you about the number afterwards.")
@@ -93,18 +93,20 @@ def first_number(text: str) -> str:
 
 class NeedleBenchmark(Study):
     name = "needle"
-    quick = {"multiples": "2,4", "depths": 4}  # the quick LMs' 64 tokens hold no haystack beside the needle
+    quick = {"multiples": [2, 4], "depths": 4}  # the quick LMs' 64 tokens hold no haystack beside the needle
     def add_args(self, parser):
         parser.add_argument("--scale", choices=sorted(set(SCALES) - {"quick"}), default="default",
                             help="the quality study's scale the LMs are trained at (--quick: the smallest)")
-        parser.add_argument("--multiples", default="1,2,4,8", help="prompt lengths, in training lengths")
-        parser.add_argument("--depths", type=int, default=20, help="needle positions per length (evenly spaced)")
+        parser.add_argument("--multiples", type=positive_ints, default="1,2,4,8",
+                            help="prompt lengths, in training lengths (comma-separated)")
+        parser.add_argument("--depths", type=positive_int, default=20,
+                            help="needle positions per length (evenly spaced)")
         parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "needle"))
 
     def measure(self, args, data):
         scale = SCALES["quick" if args.quick else args.scale]
         work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
-        multiples = [int(m) for m in args.multiples.split(",")]
+        multiples = args.multiples
         depths = [i / args.depths for i in range(args.depths)]
         started = time.time()
         corpus = prepare_corpus(work, scale.corpus_chars, scale.vocab)

@@ -25,7 +25,7 @@ from fairseq_linattn.attention.recurrent_state import linear_attentions
 from .fairseq_runs import USER_DIR, fairseq, parameter_count, say, seconds_per_update, train_seconds
 from .machine import machine_line
 from .report import md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point
+from .runner import ROOT, Study, entry_point, positive_int, positive_ints
 
 SOFTMAX = "softmax"
 GATED = tuple(sorted(linear_attentions()))  # --linear-attention's mechanisms with a decay, gate or delta rule
@@ -159,26 +159,25 @@ class RecallBenchmark(Study):
 
     def add_args(self, parser):
         parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "recall"), help="logs (results: --out)")
-        parser.add_argument("--models", default=None, help=f"comma-separated subset of {', '.join(MODELS)}")
-        parser.add_argument("--widths", default=None, help="comma-separated d_model values (default: the scale's)")
-        parser.add_argument("--seeds", default=None, help="comma-separated seeds (default: the scale's)")
-        parser.add_argument("--updates", type=int, default=None, help="updates per run (default: the scale's)")
+        parser.add_argument("--models", type=model_names, default=None,
+                            help=f"comma-separated subset of {', '.join(MODELS)}")
+        parser.add_argument("--widths", type=positive_ints, default=None,
+                            help="comma-separated d_model values (default: the scale's)")
+        parser.add_argument("--seeds", type=positive_ints, default=None,
+                            help="comma-separated seeds (default: the scale's)")
+        parser.add_argument("--updates", type=positive_int, default=None, help="updates per run (default: the scale's)")
         parser.add_argument("--fresh", action="store_true", help="train every run again (default: a run whose log "
                             "says it finished is read back)")
 
     def scale(self, args) -> Scale:
         s = SCALES["quick" if args.quick else "default"]
         if args.models:
-            unknown = set(args.models.split(",")) - set(MODELS)
-            if unknown:
-                raise SystemExit(f"bench_recall.py: error: --models: unknown {', '.join(sorted(unknown))}; choose "
-                                 f"among {', '.join(MODELS)}")
-            s = replace(s, models=tuple(args.models.split(",")))
+            s = replace(s, models=tuple(args.models))
         if args.widths:
-            widths = tuple(int(w) for w in args.widths.split(","))
+            widths = tuple(args.widths)
             s = replace(s, widths=widths, lr_width=s.lr_width if s.lr_width in widths else widths[0])
         if args.seeds:
-            s = replace(s, seeds=tuple(int(x) for x in args.seeds.split(",")))
+            s = replace(s, seeds=tuple(args.seeds))
         if args.updates:
             s = replace(s, updates=args.updates)
         return s
@@ -260,6 +259,18 @@ class RecallBenchmark(Study):
         axes[0][-1].legend(fontsize=7)
         fig.tight_layout()
         return titled(fig, "MQAR accuracy by width", data)
+
+
+def model_names(text: str) -> List[str]:
+    """An argparse ``type``: comma-separated names of :data:`MODELS`."""
+    import argparse
+
+    names = [name for name in text.split(",") if name]
+    unknown = sorted(set(names) - set(MODELS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown) or 'none given'}; choose among "
+                                         f"{', '.join(MODELS)}")
+    return names
 
 
 def spread(values: List[float]) -> str:

@@ -124,6 +124,28 @@ def parse_ints(text) -> List[int]:
     return [int(x) for x in str(text).split(",") if x]
 
 
+def positive_ints(text) -> List[int]:
+    """An argparse ``type``: "1,2,4" -> [1, 2, 4]; anything else is argparse's one-line error."""
+    try:
+        values = parse_ints(text)
+    except ValueError:
+        values = []
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1, comma-separated (e.g. 1,2,4), got {text!r}")
+    return values
+
+
+def positive_int(text) -> int:
+    """An argparse ``type``: a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected one whole number >= 1, got {text!r}")
+    return value
+
+
 def start(args) -> Dict:
     if args.malloc == "keep" and any(os.environ.get(k) != v for k, v in machine.MALLOC_KEEP.items()):
         # glibc reads these once, at start-up: run this command again in a process that has them
