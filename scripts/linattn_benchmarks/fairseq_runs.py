@@ -52,11 +52,13 @@ def fairseq(command: str, *args, log: Path, echo: Optional[re.Pattern] = PROGRES
         returncode = server.run(cmd, command=command, env=full_env, cwd=os.getcwd(), log=log)
         for line in Path(log).read_text(errors="replace").splitlines(keepends=True):
             keep(line)
-    else:
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env) as proc:
+    else:  # the log is written as the command runs (tail -f it to follow a long run)
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env) as proc, \
+                open(log, "w") as out:
             for line in proc.stdout:
                 keep(line)
-        Path(log).write_text("".join(lines))
+                out.write(line)
+                out.flush()
         returncode = proc.returncode
     if returncode != 0:
         raise FairseqError(f"{command} failed (exit {returncode}); full log: {log}\n{''.join(lines[-30:])}")
