@@ -25,7 +25,7 @@ from fairseq_linattn.attention.recurrent_state import linear_attentions
 from .fairseq_runs import USER_DIR, fairseq, parameter_count, say, seconds_per_update, train_seconds
 from .machine import machine_line
 from .report import md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point, positive_int, positive_ints
+from .runner import ROOT, Study, entry_point, positive_floats, positive_int, positive_ints
 
 SOFTMAX = "softmax"
 GATED = tuple(sorted(linear_attentions()))  # --linear-attention's mechanisms with a decay, gate or delta rule
@@ -165,6 +165,8 @@ class RecallBenchmark(Study):
                             help="comma-separated d_model values (default: the scale's)")
         parser.add_argument("--seeds", type=positive_ints, default=None,
                             help="comma-separated seeds (default: the scale's)")
+        parser.add_argument("--lrs", type=positive_floats, default=None,
+                            help="comma-separated learning rates to search (default: the scale's)")
         parser.add_argument("--updates", type=positive_int, default=None, help="updates per run (default: the scale's)")
         parser.add_argument("--fresh", action="store_true", help="train every run again (default: a run whose log "
                             "says it finished is read back)")
@@ -178,6 +180,8 @@ class RecallBenchmark(Study):
             s = replace(s, widths=widths, lr_width=s.lr_width if s.lr_width in widths else widths[0])
         if args.seeds:
             s = replace(s, seeds=tuple(args.seeds))
+        if args.lrs:
+            s = replace(s, lrs=tuple(args.lrs))
         if args.updates:
             s = replace(s, updates=args.updates)
         return s

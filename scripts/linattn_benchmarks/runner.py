@@ -135,6 +135,17 @@ def positive_ints(text) -> List[int]:
     return values
 
 
+def positive_floats(text) -> List[float]:
+    """An argparse ``type``: "5e-4,2e-3" -> [0.0005, 0.002]; anything else is argparse's one-line error."""
+    try:
+        values = [float(x) for x in str(text).split(",") if x]
+    except ValueError:
+        values = []
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"expected numbers > 0, comma-separated (e.g. 5e-4,2e-3), got {text!r}")
+    return values
+
+
 def positive_int(text) -> int:
     """An argparse ``type``: a whole number >= 1."""
     try:

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from linattn_benchmarks.recall import MODELS, SCALES, SOFTMAX, accuracy_curve, equal_ffn, parameters
-from linattn_benchmarks.runner import ROOT
+from linattn_benchmarks.recall import MODELS, SCALES, SOFTMAX, RecallBenchmark, accuracy_curve, equal_ffn, parameters
+from linattn_benchmarks.runner import ROOT, parse_args
 
 LOG = """\
 13:26:01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 7.202 | accuracy 0.88 | ppl 147.22 | num_updates 20
@@ -27,6 +27,21 @@ def test_every_model_gets_softmaxs_parameter_count(model):
     s = SCALES["default"]
     target = parameters(SOFTMAX, 64, 256, s)
     assert abs(parameters(model, 64, equal_ffn(model, 64, s), s) - target) <= 0.002 * target
+
+
+def test_the_sweep_is_sized_from_the_command_line():
+    study = RecallBenchmark()
+    args = parse_args(study, ["--models", "softmax,gdn2", "--lrs", "2e-3,5e-4", "--widths", "64", "--seeds", "1,2"])
+    s = study.scale(args)
+    assert (s.models, s.lrs, s.widths, s.lr_width, s.seeds) == (("softmax", "gdn2"), (2e-3, 5e-4), (64,), 64, (1, 2))
+
+
+@pytest.mark.parametrize("argv", [["--lrs", "0"], ["--lrs", "fast"], ["--models", "mamba"], ["--widths", "0"]])
+def test_a_bad_sweep_size_is_one_line(argv, capsys):
+    with pytest.raises(SystemExit) as stop:
+        parse_args(RecallBenchmark(), argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and f"error: argument {argv[0]}" in err[-1]
 
 
 @pytest.mark.slow
