@@ -96,7 +96,7 @@ def build_recurrent_state_attention(options: KernelOptions, shape: LayerShape) -
                          f"{KERNEL_ATTENTION})")
     return linear_attentions()[name](shape.embed_dim, shape.num_heads, short_conv=int(options.short_conv),
                                    output_gate=bool(int(options.output_gate)), chunk_size=int(options.chunk_size),
-                                   **shape.common())
+                                   decay_init=options.decay_init, **shape.common())
 
 
 CROSS_ATTENTION_BUILDERS = (build_kernel_attention,)

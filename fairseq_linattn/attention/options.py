@@ -13,6 +13,7 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Union
 
 from fairseq.utils import safe_getattr
 
+from .decay_init import DECAY_INITS, DEFAULT_DECAY_INIT
 from .feature_maps import FEATURE_MAPS, FavorFeatureMap
 from .kernel import KernelAttention
 from .projections import PROJECTIONS
@@ -131,6 +132,10 @@ class MechanismChoices:
 LINEAR_ATTENTION_CHOICES = MechanismChoices()
 
 
+def _mamba2_decays() -> List[str]:
+    return sorted(name for name, cls in linear_attentions().items() if cls.MAMBA2_DECAY)
+
+
 def _mechanisms_help() -> str:
     listed = ", ".join(f"{name} ({cls.SUMMARY})" for name, cls in sorted(linear_attentions().items()))
     return (f"the causal mechanism: {KERNEL_ATTENTION} (kernel attention, φ from --feature-map; alias "
@@ -144,6 +149,10 @@ KERNEL_FLAGS = {
                        "(0: none)"),
     "output_gate": Flag(1, int, f"every mechanism but {KERNEL_ATTENTION}: 1: out = RMSNorm(o) * SiLU(W_g x); "
                                 "0: RMSNorm(o)", choices=[0, 1]),
+    "decay_init": Flag(DEFAULT_DECAY_INIT, str, f"{', '.join(_mamba2_decays())}: the decay's initial rates: "
+                       "mamba2 (Mamba-2's; the better perplexity) or long (ten times slower: recall over hundreds of "
+                       "tokens is learned sooner; docs/recall.md)",
+                       choices=sorted(DECAY_INITS)),
     "feature_map": Flag(KernelAttention.DEFAULT_FEATURE_MAP, str,
                         "the kernel feature map φ (elu: elu+1, relu, favor: Performer's FAVOR+)",
                         choices=sorted(FEATURE_MAPS)),
@@ -163,6 +172,7 @@ class KernelOptions(MechanismOptions):
     linear_attention: str = KERNEL_FLAGS["linear_attention"].default
     short_conv: int = KERNEL_FLAGS["short_conv"].default
     output_gate: int = KERNEL_FLAGS["output_gate"].default
+    decay_init: str = KERNEL_FLAGS["decay_init"].default
     feature_map: str = KERNEL_FLAGS["feature_map"].default
     chunk_size: int = KERNEL_FLAGS["chunk_size"].default
     favor_features: int = KERNEL_FLAGS["favor_features"].default
@@ -171,7 +181,7 @@ class KernelOptions(MechanismOptions):
 
     GROUP = "kernel attention"
     FLAGS = KERNEL_FLAGS
-    CAUSAL_ONLY = ("chunk_size", "linear_attention", "short_conv", "output_gate")
+    CAUSAL_ONLY = ("chunk_size", "linear_attention", "short_conv", "output_gate", "decay_init")
     IDENTITY_FLAGS = ("feature_map", "linear_attention")
 
     @classmethod
@@ -187,6 +197,12 @@ class KernelOptions(MechanismOptions):
             raise ValueError(f"--feature-map {self.feature_map} only applies to --linear-attention "
                              f"{KERNEL_ATTENTION} (kernel attention); {self.linear_attention} has no feature map: "
                              "drop one of the two options")
+        if self.decay_init not in DECAY_INITS:
+            raise ValueError(f"--decay-init {self.decay_init!r} is unknown: choose one of {sorted(DECAY_INITS)}")
+        if self.decay_init != DEFAULT_DECAY_INIT and self.linear_attention not in _mamba2_decays():
+            raise ValueError(f"--decay-init {self.decay_init} only applies to Mamba-2's decay "
+                             f"({', '.join(_mamba2_decays())}); --linear-attention {self.linear_attention} has none: "
+                             "drop --decay-init")
         if int(self.short_conv) < 0 or int(self.short_conv) == 1:
             raise ValueError(f"--short-conv is the convolution's width: 0 (none) or >= 2 (4 is the papers'), "
                              f"got {self.short_conv}")

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 from .base import SelfAttention
 from .kernel import warn_dropout_ignored
 from .registry import make_registry
+from .decay_init import DEFAULT_DECAY_INIT
 from .short_conv import ShortConvolution
 
 _REGISTERED, register_linear_attention = make_registry("linear attention")
@@ -48,6 +49,7 @@ class RecurrentStateAttention(SelfAttention):
     (:meth:`op_inputs`) and which op runs them (:meth:`chunked`, :meth:`step`)."""
 
     SUMMARY = ""  # what the mechanism is, in a few words: --linear-attention's help lists it
+    MAMBA2_DECAY = False  # True: a decay in Mamba-2's parameterisation, its initial rates from decay_init
     DEFAULT_SHORT_CONV = 4
     DEFAULT_CHUNK_SIZE = 64
     STATE_KEY, CONV_KEY = "recurrent_state", "conv_cache"
@@ -55,9 +57,11 @@ class RecurrentStateAttention(SelfAttention):
 
     def __init__(self, embed_dim: int, num_heads: int, short_conv: int = DEFAULT_SHORT_CONV,
                  output_gate: bool = True, chunk_size: int = DEFAULT_CHUNK_SIZE, dropout: float = 0.0,
-                 bias: bool = True, q_noise: float = 0.0, qn_block_size: int = 8):
+                 bias: bool = True, q_noise: float = 0.0, qn_block_size: int = 8,
+                 decay_init: str = DEFAULT_DECAY_INIT):
         super().__init__(embed_dim, num_heads, dropout, bias, q_noise, qn_block_size)
         self.causal = True
+        self.decay_init = decay_init  # the initial rates of a Mamba-2 decay (MAMBA2_DECAY mechanisms read it)
         self.chunk_size = chunk_size
         self.conv = ShortConvolution(3 * embed_dim, short_conv) if short_conv else None
         self.gate_proj = nn.Linear(embed_dim, embed_dim, bias=bias) if output_gate else None

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from fairseq_linattn.attention import KernelOptions, LayerShape, build_attention
+from fairseq_linattn.attention.decay_init import DECAY_INITS
 from fairseq_linattn.attention.recurrent_state import RecurrentStateAttention, linear_attentions
 from fairseq_linattn.attention.short_conv import ShortConvolution
 
@@ -129,10 +130,29 @@ def test_the_factory_builds_each_mechanism_for_a_decoder_only(name):
     (dict(linear_attention="gla", feature_map="favor"), "--feature-map favor only applies"),
     (dict(linear_attention="delta", short_conv=1), "--short-conv"),
     (dict(linear_attention="delta", short_conv=-2), "--short-conv"),
+    (dict(linear_attention="retention", decay_init="long"), "--decay-init long only applies to Mamba-2's decay "
+                                                            r"\(gated-delta, gdn2\).*drop --decay-init"),
+    (dict(linear_attention="gated-delta", decay_init="slow"), "--decay-init 'slow' is unknown"),
 ])
 def test_bad_options_are_named(options, message):
     with pytest.raises(ValueError, match=message):
         KernelOptions(**options).checked()
+
+
+@pytest.mark.parametrize("name", [n for n, cls in linear_attentions().items() if cls.MAMBA2_DECAY])
+def test_decay_init_sets_the_initial_rates(name):
+    """--decay-init reaches the layer: softplus(dt_bias) in the range it names (Mamba-2's, or ten times slower),
+    so that at initialisation the state keeps, per token and for inputs of unit scale, about 0.84 (mamba2) or
+    about 0.98 (long) of itself on average (over 64 heads: with a few, the draws of A and dt decide)."""
+    kept = {}
+    for init, (low, high) in DECAY_INITS.items():
+        torch.manual_seed(0)
+        options = KernelOptions(linear_attention=name, decay_init=init).checked()
+        attn = build_attention(options, 0, LayerShape(256, 64, causal=True))
+        rates = torch.nn.functional.softplus(attn.dt_bias.detach())
+        assert low * 0.999 <= rates.min() and rates.max() <= high * 1.001
+        kept[init] = attn.gates(torch.randn(64, 2, 256))["log_decay"].exp().mean().item()
+    assert kept["mamba2"] < 0.9 < 0.95 < kept["long"]
 
 
 def test_elu_is_the_kernel_attentions_old_name_on_the_command_line_and_in_checkpoints():

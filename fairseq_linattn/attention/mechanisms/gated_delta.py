@@ -1,6 +1,6 @@
 """Gated DeltaNet (Yang et al. 2025): the delta rule of :mod:`.delta` with a data-dependent decay per head,
 g_t = -exp(A) softplus(W_a x_t + dt_bias) (Mamba-2's parameterisation: A in [1, 16], softplus(dt_bias) in
-[0.001, 0.1] at initialisation)."""
+[0.001, 0.1] at initialisation, or ten times slower with ``--decay-init long``: :mod:`..decay_init`)."""
 
 import torch.nn.functional as F
 from torch import nn
@@ -16,11 +16,12 @@ from .delta import DeltaNetAttention
 class GatedDeltaNetAttention(DeltaNetAttention):
     SUMMARY = "Gated DeltaNet: the delta rule with a gated decay"
     PADDING_NEUTRAL = ("beta", "log_decay")
+    MAMBA2_DECAY = True
 
     def __init__(self, embed_dim: int, num_heads: int, **options):
         super().__init__(embed_dim, num_heads, **options)
         self.decay_proj = nn.Linear(embed_dim, num_heads)
-        self.A_log, self.dt_bias = mamba2_decay_parameters(num_heads, num_heads)
+        self.A_log, self.dt_bias = mamba2_decay_parameters(num_heads, num_heads, decay_init=self.decay_init)
 
     def gates(self, x):
         gates = super().gates(x)

@@ -26,6 +26,7 @@ from .delta import DeltaNetAttention
 class GatedDeltaNet2Attention(DeltaNetAttention):
     SUMMARY = "Gated DeltaNet-2: a decay, an erase and a write gate per channel"
     PADDING_NEUTRAL = ("log_decay", "erase", "write")
+    MAMBA2_DECAY = True
 
     def add_gates(self, embed_dim: int, num_heads: int):
         """W_b (erase, per key channel), W_w (write, per value channel), W_g and its Mamba-2 A (per head) and
@@ -33,7 +34,7 @@ class GatedDeltaNet2Attention(DeltaNetAttention):
         self.erase_proj = nn.Linear(embed_dim, embed_dim)
         self.write_proj = nn.Linear(embed_dim, embed_dim)
         self.decay_proj = nn.Linear(embed_dim, embed_dim, bias=False)
-        self.A_log, self.dt_bias = mamba2_decay_parameters(num_heads, embed_dim)
+        self.A_log, self.dt_bias = mamba2_decay_parameters(num_heads, embed_dim, decay_init=self.decay_init)
 
     def gates(self, x):
         """B x H x T x head_dim each: the log decay and the erase gate per key channel, the write gate per value
