@@ -26,9 +26,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import SelfAttention
+from .decay_init import DEFAULT_DECAY_INIT
 from .kernel import warn_dropout_ignored
 from .registry import make_registry
-from .decay_init import DEFAULT_DECAY_INIT
 from .short_conv import ShortConvolution
 
 _REGISTERED, register_linear_attention = make_registry("linear attention")
