@@ -34,6 +34,10 @@ MODELS: Dict[str, Tuple[str, List[str]]] = {
     "elu+1": ("linear_transformer_lm", ["--feature-map", "elu"]),
     "favor+": ("linear_transformer_lm", ["--feature-map", "favor"]),
     **{name: ("linear_transformer_lm", ["--linear-attention", name]) for name in GATED},
+    # the mechanisms with Mamba-2's decay, also with its ten times slower initial rates (--decay-init long: why,
+    # fairseq_linattn/attention/decay_init.py)
+    **{f"{name}-long": ("linear_transformer_lm", ["--linear-attention", name, "--decay-init", "long"])
+       for name, cls in sorted(linear_attentions().items()) if cls.MAMBA2_DECAY},
 }
 
 
