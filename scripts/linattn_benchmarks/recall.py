@@ -225,7 +225,8 @@ class RecallBenchmark(Study):
                  f"{', '.join(f'{lr:g}' for lr in s.lrs)} at d_model {s.lr_width}, seed {s.seeds[0]} (by accuracy on "
                  f"{s.headline}); seeds {', '.join(map(str, s.seeds))}. Accuracy: the asked positions of "
                  f"{s.valid_lines} lines per split (chance: 1/{s.num_keys}), the model the run ends with. "
-                 f"Took {study['total_s'] / 60:.0f} min.", "",
+                 f"Training took {sum(r['train_seconds'] for r in study['runs']) / 60:.0f} min in all (runs an earlier call "
+                 f"finished are read back).", "",
                  "**Learning rates** (accuracy on " + s.headline + f" at d_model {s.lr_width}, seed {s.seeds[0]}):", "",
                  md_table(["model", *[f"lr {lr:g}" for lr in s.lrs], "best"],
                           [[m, *[f"{r['tried'].get(f'{lr:g}', float('nan')):.3f}" for lr in s.lrs], f"{r['best']:g}"]
