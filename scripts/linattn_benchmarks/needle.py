@@ -94,6 +94,7 @@ def first_number(text: str) -> str:
 class NeedleBenchmark(Study):
     name = "needle"
     quick = {"multiples": [2, 4], "depths": 4}  # the quick LMs' 64 tokens hold no haystack beside the needle
+
     def add_args(self, parser):
         parser.add_argument("--scale", choices=sorted(set(SCALES) - {"quick"}), default="default",
                             help="the quality study's scale the LMs are trained at (--quick: the smallest)")

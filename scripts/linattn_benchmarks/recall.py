@@ -13,6 +13,7 @@ each run needed to first reach 90% on the headline shape are read from its valid
     python scripts/bench_recall.py                  # the default sweep (hours on 2 CPU cores: see its table)
     python scripts/bench_recall.py --models softmax,gated-delta   # some models; finished runs are not run again
 """
+import argparse
 import shutil
 import time
 import zlib
@@ -272,8 +273,6 @@ class RecallBenchmark(Study):
 
 def model_names(text: str) -> List[str]:
     """An argparse ``type``: comma-separated names of :data:`MODELS`."""
-    import argparse
-
     names = [name for name in text.split(",") if name]
     unknown = sorted(set(names) - set(MODELS))
     if unknown or not names:

@@ -124,26 +124,22 @@ def parse_ints(text) -> List[int]:
     return [int(x) for x in str(text).split(",") if x]
 
 
-def positive_ints(text) -> List[int]:
-    """An argparse ``type``: "1,2,4" -> [1, 2, 4]; anything else is argparse's one-line error."""
-    try:
-        values = parse_ints(text)
-    except ValueError:
-        values = []
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1, comma-separated (e.g. 1,2,4), got {text!r}")
-    return values
+def positive_list(kind: type, what: str, example: str):
+    """An argparse ``type``: comma-separated values of ``kind``, each > 0 (e.g. "1,2,4" -> [1, 2, 4]); anything
+    else is argparse's one-line error."""
+    def parse(text) -> list:
+        try:
+            values = [kind(x) for x in str(text).split(",") if x]
+        except ValueError:
+            values = []
+        if not values or min(values) <= 0:
+            raise argparse.ArgumentTypeError(f"expected {what}, comma-separated (e.g. {example}), got {text!r}")
+        return values
+    return parse
 
 
-def positive_floats(text) -> List[float]:
-    """An argparse ``type``: "5e-4,2e-3" -> [0.0005, 0.002]; anything else is argparse's one-line error."""
-    try:
-        values = [float(x) for x in str(text).split(",") if x]
-    except ValueError:
-        values = []
-    if not values or min(values) <= 0:
-        raise argparse.ArgumentTypeError(f"expected numbers > 0, comma-separated (e.g. 5e-4,2e-3), got {text!r}")
-    return values
+positive_ints = positive_list(int, "whole numbers >= 1", "1,2,4")
+positive_floats = positive_list(float, "numbers > 0", "5e-4,2e-3")
 
 
 def positive_int(text) -> int:
