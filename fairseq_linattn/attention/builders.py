@@ -11,10 +11,11 @@ from typing import Callable, Dict, Optional, Type
 from torch import nn
 
 from .base import SelfAttention
+from .causal_softmax import CausalSoftmaxAttention
 from .cross import KernelCrossAttention
 from .kernel import KernelAttention
 from .linformer import LinformerAttention
-from .options import KERNEL_ATTENTION, KernelOptions, LinformerOptions
+from .options import KERNEL_ATTENTION, SOFTMAX_ATTENTION, KernelOptions, LinformerOptions
 from .projections import build_projection
 from .recurrent_state import linear_attentions
 
@@ -76,7 +77,7 @@ def build_attention(options, layer_index: int, shape: LayerShape,
 @register_builder(KernelOptions)
 def build_kernel_attention(options: KernelOptions, layer_index: int, shape: LayerShape, shared) -> SelfAttention:
     if options.linear_attention != KERNEL_ATTENTION:
-        return build_recurrent_state_attention(options, shape)
+        return build_causal_attention(options, shape)
     seed_index = layer_index + (CROSS_LAYERS if shape.source_dim is not None else 0)  # own FAVOR+ draws
     feature_map = dict(feature_map=options.feature_map,
                        **options.feature_map_options(shape.embed_dim // shape.num_heads, seed_index))
@@ -87,16 +88,19 @@ def build_kernel_attention(options: KernelOptions, layer_index: int, shape: Laye
                            **feature_map, **shape.common())
 
 
-def build_recurrent_state_attention(options: KernelOptions, shape: LayerShape) -> SelfAttention:
+def build_causal_attention(options: KernelOptions, shape: LayerShape) -> SelfAttention:
+    """--linear-attention's mechanisms but kernel attention: causal softmax or a recurrent state."""
     name = options.linear_attention
     if not shape.causal or shape.source_dim is not None:
         where = "encoder-decoder attention" if shape.source_dim is not None else "a bidirectional (encoder) attention"
         raise ValueError(f"--linear-attention {name} is a causal (decoder) mechanism and cannot be {where}: it is "
                          f"for linear_transformer_lm; encoders use kernel attention (--linear-attention "
                          f"{KERNEL_ATTENTION})")
-    return linear_attentions()[name](shape.embed_dim, shape.num_heads, short_conv=int(options.short_conv),
-                                   output_gate=bool(int(options.output_gate)), chunk_size=int(options.chunk_size),
-                                   decay_init=options.decay_init, **shape.common())
+    around = dict(short_conv=int(options.short_conv), output_gate=bool(int(options.output_gate)), **shape.common())
+    if name == SOFTMAX_ATTENTION:
+        return CausalSoftmaxAttention(shape.embed_dim, shape.num_heads, **around)
+    return linear_attentions()[name](shape.embed_dim, shape.num_heads, chunk_size=int(options.chunk_size),
+                                   decay_init=options.decay_init, **around)
 
 
 CROSS_ATTENTION_BUILDERS = (build_kernel_attention,)

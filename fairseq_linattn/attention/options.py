@@ -13,11 +13,13 @@ from typing import Any, List, NamedTuple, Optional, Sequence, Union
 
 from fairseq.utils import safe_getattr
 
+from .causal import CausalAttention
+from .causal_softmax import CausalSoftmaxAttention
 from .decay_init import DECAY_INITS, DEFAULT_DECAY_INIT
 from .feature_maps import FEATURE_MAPS, FavorFeatureMap
 from .kernel import KernelAttention
 from .projections import PROJECTIONS
-from .recurrent_state import RecurrentStateAttention, linear_attentions
+from .recurrent_state import linear_attentions
 
 
 def option(args: Any, name: str, default=None):
@@ -110,6 +112,7 @@ class MechanismOptions:
 
 KERNEL_ATTENTION = "kernel"  # --linear-attention's name for the kernel attention of .kernel (φ from --feature-map)
 ALIASES = {"elu": KERNEL_ATTENTION}  # its name until 0.1 (elu+1 is the default φ): command lines, old checkpoints
+SOFTMAX_ATTENTION = "softmax"  # --linear-attention's name for causal softmax with a key/value cache (.causal_softmax)
 
 
 class MechanismChoices:
@@ -117,7 +120,7 @@ class MechanismChoices:
     registered after this module was imported is a choice too)."""
 
     def names(self):
-        return [KERNEL_ATTENTION, *ALIASES, *sorted(linear_attentions())]
+        return [KERNEL_ATTENTION, *ALIASES, SOFTMAX_ATTENTION, *sorted(linear_attentions())]
 
     def __contains__(self, name):
         return name in self.names()
@@ -139,16 +142,16 @@ def _mamba2_decays() -> List[str]:
 def _mechanisms_help() -> str:
     listed = ", ".join(f"{name} ({cls.SUMMARY})" for name, cls in sorted(linear_attentions().items()))
     return (f"the causal mechanism: {KERNEL_ATTENTION} (kernel attention, φ from --feature-map; alias "
-            f"{', '.join(ALIASES)}), {listed}")
+            f"{', '.join(ALIASES)}), {SOFTMAX_ATTENTION} ({CausalSoftmaxAttention.SUMMARY}), {listed}")
 
 
 KERNEL_FLAGS = {
     "linear_attention": Flag(KERNEL_ATTENTION, str, _mechanisms_help(), choices=LINEAR_ATTENTION_CHOICES),
-    "short_conv": Flag(RecurrentStateAttention.DEFAULT_SHORT_CONV, int,
+    "short_conv": Flag(CausalAttention.DEFAULT_SHORT_CONV, int,
                        f"every mechanism but {KERNEL_ATTENTION}: width of the short causal convolution on q, k, v "
                        "(0: none)"),
-    "output_gate": Flag(1, int, f"every mechanism but {KERNEL_ATTENTION}: 1: out = RMSNorm(o) * SiLU(W_g x); "
-                                "0: RMSNorm(o)", choices=[0, 1]),
+    "output_gate": Flag(1, int, f"every mechanism but {KERNEL_ATTENTION}: 1: out = norm(o) * SiLU(W_g x); 0: "
+                                f"norm(o) (norm: a per-head RMSNorm, none for {SOFTMAX_ATTENTION})", choices=[0, 1]),
     "decay_init": Flag(DEFAULT_DECAY_INIT, str, f"{', '.join(_mamba2_decays())}: the decay's initial rates: "
                        "mamba2 (Mamba-2's; the better perplexity) or long (ten times slower: recall over hundreds of "
                        "tokens is learned sooner; docs/recall.md)",

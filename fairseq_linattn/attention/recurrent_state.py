@@ -3,17 +3,14 @@
 
 Unlike the kernel attention of :mod:`.kernel` these have no normaliser: o_t = S_t^T q_t with S_t an M x D
 state per head, updated by the mechanism's rule (:meth:`RecurrentStateAttention.op_inputs` and the ops in
-:mod:`.ops.gated_linear_attn`, :mod:`.ops.delta_rule`, :mod:`.ops.gdn2`). The pieces the papers put around the
-state are here once for all of them:
+:mod:`.ops.gated_linear_attn`, :mod:`.ops.delta_rule`, :mod:`.ops.gdn2`). The short convolution, the output gate,
+padding and the incremental buffer are :class:`.causal.CausalAttention`'s; here:
 
-* an optional short causal convolution (SiLU) on q, k and v (:mod:`.short_conv`; ``short_conv`` = its width);
-* a per-head RMSNorm of the output (always: without a normaliser the output's scale follows the state's) and
-  an optional output gate, out = RMSNorm(o) * SiLU(W_g x) (``output_gate``);
-* training runs the chunked op (linear in the length); decoding keeps the state (B x H x M x D, fp32) and the
-  convolution's cache in fairseq's ``incremental_state``: one token is one recurrent step, a prompt is the
-  chunked op continued from the state; the base class's ``reorder_incremental_state`` serves beam search.
-* padding is exact: a padded position leaves the state untouched (zero key and value, no decay, no write)
-  and contributes nothing to the convolution.
+* a per-head RMSNorm of the output (always: without a normaliser the output's scale follows the state's), which
+  the output gate multiplies: out = RMSNorm(o) * SiLU(W_g x);
+* training runs the chunked op (linear in the length); decoding keeps the state (B x H x M x D, fp32) in fairseq's
+  ``incremental_state``: one token is one recurrent step, a prompt is the chunked op continued from the state;
+* padding is exact: a padded position leaves the state untouched (zero key and value, no decay, no write).
 
 A mechanism is a module of :mod:`.mechanisms`: a :class:`RecurrentStateAttention` subclass with a one-line
 ``SUMMARY`` (for ``--help``), registered with ``@register_linear_attention(name)``: the name becomes a choice of
@@ -22,14 +19,12 @@ A mechanism is a module of :mod:`.mechanisms`: a :class:`RecurrentStateAttention
 from typing import Dict, Optional, Tuple, Type
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .base import SelfAttention
+from .causal import CausalAttention
 from .decay_init import DEFAULT_DECAY_INIT
 from .kernel import warn_dropout_ignored
 from .registry import make_registry
-from .short_conv import ShortConvolution
 
 _REGISTERED, register_linear_attention = make_registry("linear attention")
 
@@ -44,27 +39,23 @@ def linear_attentions() -> Dict[str, Type["RecurrentStateAttention"]]:
 Extras = Dict[str, Tensor]  # the mechanism's per-step inputs besides q, k, v (log decays, write strengths)
 
 
-class RecurrentStateAttention(SelfAttention):
+class RecurrentStateAttention(CausalAttention):
     """Causal multi-head attention with a matrix state; subclasses say how q, k, v and the extras are made
     (:meth:`op_inputs`) and which op runs them (:meth:`chunked`, :meth:`step`)."""
 
     SUMMARY = ""  # what the mechanism is, in a few words: --linear-attention's help lists it
     MAMBA2_DECAY = False  # True: a decay in Mamba-2's parameterisation, its initial rates from decay_init
-    DEFAULT_SHORT_CONV = 4
     DEFAULT_CHUNK_SIZE = 64
-    STATE_KEY, CONV_KEY = "recurrent_state", "conv_cache"
+    STATE_KEY = "recurrent_state"
     NORM_EPS = 1e-5
 
-    def __init__(self, embed_dim: int, num_heads: int, short_conv: int = DEFAULT_SHORT_CONV,
+    def __init__(self, embed_dim: int, num_heads: int, short_conv: int = CausalAttention.DEFAULT_SHORT_CONV,
                  output_gate: bool = True, chunk_size: int = DEFAULT_CHUNK_SIZE, dropout: float = 0.0,
                  bias: bool = True, q_noise: float = 0.0, qn_block_size: int = 8,
                  decay_init: str = DEFAULT_DECAY_INIT):
-        super().__init__(embed_dim, num_heads, dropout, bias, q_noise, qn_block_size)
-        self.causal = True
+        super().__init__(embed_dim, num_heads, short_conv, output_gate, dropout, bias, q_noise, qn_block_size)
         self.decay_init = decay_init  # the initial rates of a Mamba-2 decay (MAMBA2_DECAY mechanisms read it)
         self.chunk_size = chunk_size
-        self.conv = ShortConvolution(3 * embed_dim, short_conv) if short_conv else None
-        self.gate_proj = nn.Linear(embed_dim, embed_dim, bias=bias) if output_gate else None
         self.out_norm = nn.RMSNorm(self.head_dim, eps=self.NORM_EPS)
         if dropout > 0:
             warn_dropout_ignored()
@@ -92,23 +83,10 @@ class RecurrentStateAttention(SelfAttention):
     PADDING_NEUTRAL: Tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ the layer
-    def attend(self, query, padding_mask, attn_mask, incremental_state, need_weights):
+    def mix(self, x, q, k, v, padding_mask, buffer, need_weights):
         if need_weights:
             raise ValueError(f"{type(self).__name__} computes no attention weights (its state replaces them); "
                              "call it with need_weights=False")
-        if attn_mask is not None and tuple(attn_mask.shape) != (query.size(0),) * 2:
-            raise ValueError(f"{type(self).__name__} is causal by construction and takes fairseq's "
-                             f"({query.size(0)}, {query.size(0)}) future mask or none, got {tuple(attn_mask.shape)}")
-        buffer = self._get_input_buffer(incremental_state) if incremental_state is not None else {}
-        x = query
-        if padding_mask is not None:
-            x = x.masked_fill(padding_mask.t().unsqueeze(-1), 0.0)
-        qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], -1).transpose(0, 1)  # B x T x 3C
-        if padding_mask is not None:  # as the convolution's own zero padding (the projections have biases)
-            qkv = qkv.masked_fill(padding_mask.unsqueeze(-1), 0.0)
-        if self.conv is not None:
-            qkv, buffer[self.CONV_KEY] = self.conv(qkv, buffer.get(self.CONV_KEY))
-        q, k, v = (self.split_heads(part.transpose(0, 1)) for part in qkv.chunk(3, -1))
         q, k, v, extras = self.op_inputs(x, q, k, v)
         if padding_mask is not None:
             pads = padding_mask[:, None, :]  # B x 1 x T
@@ -116,21 +94,19 @@ class RecurrentStateAttention(SelfAttention):
             for name in self.PADDING_NEUTRAL:
                 value = extras[name]
                 extras[name] = value.masked_fill(pads.view(*pads.shape, *[1] * (value.dim() - 3)), 0.0)
-        if incremental_state is None:
-            out = self.chunked(q, k, v, extras, None, False)
-        else:
-            state = buffer.get(self.STATE_KEY)
-            if state is None:
-                state = q.new_zeros(q.size(0), q.size(1), q.size(-1), v.size(-1), dtype=torch.float32)
-            if q.size(2) == 1:
-                out, buffer[self.STATE_KEY] = self.step(q, k, v, extras, state)
-            else:  # a prompt: the chunked op, continued from the state
-                out, buffer[self.STATE_KEY] = self.chunked(q, k, v, extras, state, True)
-            self._set_input_buffer(incremental_state, buffer)
-        out = self.out_norm(out)
-        if self.gate_proj is not None:
-            out = out * F.silu(self.split_heads(self.gate_proj(x)))
+        if buffer is None:
+            return self.chunked(q, k, v, extras, None, False), None
+        state = buffer.get(self.STATE_KEY)
+        if state is None:
+            state = q.new_zeros(q.size(0), q.size(1), q.size(-1), v.size(-1), dtype=torch.float32)
+        if q.size(2) == 1:
+            out, buffer[self.STATE_KEY] = self.step(q, k, v, extras, state)
+        else:  # a prompt: the chunked op, continued from the state
+            out, buffer[self.STATE_KEY] = self.chunked(q, k, v, extras, state, True)
         return out, None
+
+    def normalise(self, out):
+        return self.out_norm(out)
 
     def extra_repr(self):
         return f"causal=True, chunk_size={self.chunk_size}"

@@ -21,7 +21,7 @@ def test_help_lists_the_named_models_options_and_every_mechanism(monkeypatch, ca
     text = help_of(monkeypatch, capsys, "--task", "language_modeling", "--arch", "linear_transformer_lm", "--help")
     assert "--linear-attention" in text and "--feature-map" in text and "--tokens-per-sample" in text  # model, task
     mechanisms = " ".join(text.split("--linear-attention LINEAR_ATTENTION", 2)[2].split("--short-conv")[0].split())
-    assert all(f"{name} (" in mechanisms for name in ["kernel", *linear_attentions()]), mechanisms
+    assert all(f"{name} (" in mechanisms for name in ["kernel", "softmax", *linear_attentions()]), mechanisms
     text = help_of(monkeypatch, capsys, "--task", "masked_lm", "--arch", "linformer_roberta_base", "-h")
     assert "--compressed-length" in text and "--mask-prob" in text
     text = help_of(monkeypatch, capsys, "--arch", "transformer_lm", "--task", "language_modeling", "--help")

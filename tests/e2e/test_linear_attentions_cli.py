@@ -5,11 +5,13 @@ import re
 
 import pytest
 
+from fairseq_linattn.attention.causal_softmax import CausalSoftmaxAttention
 from fairseq_linattn.attention.recurrent_state import linear_attentions
 
 from .cli import USER_DIR, run, train_lm, valid_loss
 
-MECHANISMS = sorted(linear_attentions())  # every registered mechanism besides kernel attention
+CLASSES = {"softmax": CausalSoftmaxAttention, **linear_attentions()}  # every mechanism besides kernel attention
+MECHANISMS = sorted(CLASSES)
 
 
 @pytest.fixture(scope="module", params=MECHANISMS)
@@ -23,7 +25,7 @@ def trained(request, spm_data, tmp_path_factory):
 def test_trains_validates_evaluates_and_generates(spm_data, trained):
     data, _ = spm_data
     name, save, log = trained
-    assert f"{linear_attentions()[name].__name__}(" in log and "ShortConvolution(" in log and "gate_proj" in log
+    assert f"{CLASSES[name].__name__}(" in log and "ShortConvolution(" in log and "gate_proj" in log
     assert 0 < valid_loss(log) < 20
     ppl = {}
     for window in ("0", "32"):
@@ -65,7 +67,7 @@ def test_a_checkpoint_refuses_another_mechanism(spm_data, trained, tmp_path):
     data, _ = spm_data
     name, save, _ = trained
     other = {"retention": "gla", "gla": "retention", "delta": "gated-delta", "gated-delta": "delta",
-             "gdn2": "gated-delta"}[name]
+             "gdn2": "gated-delta", "softmax": "retention"}[name]
     log = train_lm(data, tmp_path, "--linear-attention", other, "--chunk-size", "16", "--restore-file",
                    save / "checkpoint_last.pt", "--reset-optimizer", updates=9, check=False)
     assert log.returncode != 0 and "--linear-attention" in log, log[-2000:]

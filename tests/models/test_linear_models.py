@@ -48,3 +48,20 @@ def test_linear_roberta_is_bidirectional():
         a, _ = model(tokens, features_only=True)
         b, _ = model(changed, features_only=True)
     assert not torch.allclose(a[:, :20], b[:, :20])  # earlier positions see later tokens
+
+
+def test_softmax_mechanism_bare_is_transformer_lm():
+    """``--linear-attention softmax --short-conv 0 --output-gate 0``: transformer_lm's parameters under the same names
+    (its state dict loads as it is) and its outputs, in the forward and token by token with the key/value cache."""
+    ours, task = build("linear_transformer_lm", linear_attention="softmax", short_conv=0, output_gate=0,
+                       **SMALL_DECODER)
+    theirs, _ = build("transformer_lm", task, **SMALL_DECODER)
+    ours.load_state_dict(theirs.state_dict())
+    ours.eval(), theirs.eval()
+    tokens = torch.randint(4, len(task.dictionary), (2, 12))
+    with torch.no_grad():
+        expected = theirs(tokens)[0]
+        torch.testing.assert_close(ours(tokens)[0], expected, rtol=1e-5, atol=1e-5)
+        state = {}
+        steps = [ours.decoder(tokens[:, :t + 1], incremental_state=state)[0] for t in range(tokens.size(1))]
+        torch.testing.assert_close(torch.cat(steps, 1), expected, rtol=1e-5, atol=1e-5)

@@ -1,8 +1,8 @@
 """Softmax attention over (possibly compressed) keys: a plain reference and PyTorch's fused kernel.
 
 Used by Linformer (whose keys are the k compressed positions) and by the softmax baseline. The reference
-computes the scores, the softmax and the weighted sum in fp32 whatever the input dtype (fp16 scores
-overflow; bf16 probabilities are 0.4% off) and can return the weights; the fused path
+computes the scores, the softmax and the weighted sum in fp32 (float64 stays float64) whatever the input dtype
+(fp16 scores overflow; bf16 probabilities are 0.4% off) and can return the weights; the fused path
 (``torch.nn.functional.scaled_dot_product_attention``) is taken when no weights are asked for and the kernel
 keeps fp32 softmax statistics itself (fp32 inputs on any device, fp16/bf16 on CUDA).
 
@@ -30,7 +30,7 @@ def softmax_attention_reference(
     Returns the output (B x H x T x D, dtype of q) and the weights before dropout (B x H x T x S)."""
     weights, no_key = _weights(q, k, key_padding_mask, scale, attn_mask)
     probs = F.dropout(weights, p=dropout_p, training=dropout_p > 0)
-    out = torch.matmul(probs, v.float()).to(q.dtype)
+    out = torch.matmul(probs, v.to(probs.dtype)).to(q.dtype)
     return _zero_rows(out, no_key), _zero_rows(weights.to(q.dtype), no_key)
 
 
@@ -61,10 +61,12 @@ def softmax_attention(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optiona
 
 def _weights(q: Tensor, k: Tensor, key_padding_mask: Optional[Tensor], scale: Optional[float],
              attn_mask: Optional[Tensor]) -> Tuple[Tensor, Optional[Tensor]]:
-    """fp32 weights (rows with no key left not yet zeroed) and those rows (see :func:`_additive_mask`)."""
+    """fp32 weights, float64 for float64 inputs (rows with no key left not yet zeroed), and those rows (see
+    :func:`_additive_mask`)."""
     mask, no_key = _additive_mask(key_padding_mask, attn_mask, q)
     scale = q.size(-1) ** -0.5 if scale is None else scale
-    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    wide = torch.promote_types(q.dtype, torch.float32)  # fp32 for half inputs, float64 stays float64 (tests)
+    scores = torch.matmul(q.to(wide), k.to(wide).transpose(-1, -2)) * scale
     if mask is not None:
         scores = scores + mask
     return torch.softmax(scores, dim=-1), no_key

@@ -1,0 +1,126 @@
+"""--linear-attention softmax (causal softmax with a key/value cache) at the module level: bare, it is fairseq's
+MultiheadAttention; with the convolution and the gate, decoding (a prompt, then token by token) equals the
+parallel forward, padding is exact, beam reorder, gradients, half precision, the factory and the options."""
+import pytest
+import torch
+from fairseq.modules import MultiheadAttention
+from fairseq.utils import fill_with_neg_inf
+
+from fairseq_linattn.attention import KernelOptions, LayerShape, build_attention
+from fairseq_linattn.attention.causal_softmax import CausalSoftmaxAttention
+
+C, H = 32, 4
+
+
+def make(short_conv=4, output_gate=True, dtype=torch.float64):
+    torch.manual_seed(0)
+    return CausalSoftmaxAttention(C, H, short_conv=short_conv, output_gate=output_gate).to(dtype).eval()
+
+
+def future_mask(n):
+    return torch.triu(fill_with_neg_inf(torch.zeros(n, n, dtype=torch.float64)), 1)
+
+
+def decode(attn, x, state, prompt, padding=None):
+    """x (T x B x C) through incremental decoding: ``prompt`` tokens at once, then one at a time."""
+    def mask(where):
+        return None if padding is None else padding[:, where]
+    outs = [attn(x[:prompt], incremental_state=state, key_padding_mask=mask(slice(0, prompt)))[0]]
+    outs += [attn(x[t:t + 1], incremental_state=state, key_padding_mask=mask(slice(t, t + 1)))[0]
+             for t in range(prompt, x.size(0))]
+    return torch.cat(outs)
+
+
+def test_bare_it_is_fairseqs_multihead_attention():
+    """--short-conv 0 --output-gate 0: the parameters of fairseq's MultiheadAttention under the same names, and its
+    outputs, with the future mask the decoder passes (full forward and fairseq's own incremental decoding)."""
+    ours = make(short_conv=0, output_gate=False)
+    theirs = MultiheadAttention(C, H, self_attention=True).double().eval()
+    assert sorted(n for n, _ in ours.named_parameters()) == sorted(n for n, _ in theirs.named_parameters())
+    theirs.load_state_dict(ours.state_dict())
+    x = torch.randn(9, 2, C, dtype=torch.float64)
+    expected = theirs(x, x, x, attn_mask=future_mask(9), need_weights=False)[0]
+    torch.testing.assert_close(ours(x, x, x, attn_mask=future_mask(9))[0], expected, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(decode(ours, x, {}, prompt=1), expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("short_conv,output_gate", [(0, False), (4, True), (3, False)], ids=["bare", "conv+gate", "conv"])
+@pytest.mark.parametrize("prompt", [1, 5])
+def test_decoding_equals_the_parallel_forward(short_conv, output_gate, prompt):
+    attn = make(short_conv, output_gate)
+    x = torch.randn(13, 3, C, dtype=torch.float64)
+    state = {}
+    torch.testing.assert_close(decode(attn, x, state, prompt), attn(x)[0], rtol=1e-10, atol=1e-10)
+    buffer = attn._get_input_buffer(state)
+    assert buffer[CausalSoftmaxAttention.KEY].shape == (3, H, 13, C // H)
+    assert (CausalSoftmaxAttention.CONV_KEY in buffer) == bool(short_conv)
+
+
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("decoding", [False, True], ids=["parallel", "decoding"])
+def test_padding_is_exact(side, decoding):
+    """Each real token's output equals its sequence's alone however the batch is padded, in the parallel forward
+    and while decoding (the cache remembers which keys were padding); the pads hold NaN."""
+    attn = make()
+    lengths = (11, 7, 3)
+    sequences = [torch.randn(n, 1, C, dtype=torch.float64) for n in lengths]
+    longest = max(lengths)
+    batch = torch.full((longest, len(lengths), C), float("nan"), dtype=torch.float64)
+    mask = torch.ones(len(lengths), longest, dtype=torch.bool)
+    for i, seq in enumerate(sequences):
+        where = slice(0, seq.size(0)) if side == "right" else slice(longest - seq.size(0), longest)
+        batch[where, i], mask[i, where] = seq[:, 0], False
+    out = decode(attn, batch, {}, prompt=2, padding=mask) if decoding else attn(batch, key_padding_mask=mask)[0]
+    for i, seq in enumerate(sequences):
+        where = slice(0, seq.size(0)) if side == "right" else slice(longest - seq.size(0), longest)
+        torch.testing.assert_close(out[where, i], attn(seq)[0][:, 0], rtol=1e-10, atol=1e-10)
+
+
+def test_beam_reorder_equals_decoding_the_reordered_batch():
+    attn = make()
+    prefix, continuation = torch.randn(6, 4, C, dtype=torch.float64), torch.randn(4, 4, C, dtype=torch.float64)
+    new_order = torch.tensor([2, 2, 0, 3])
+    state, fresh = {}, {}
+    decode(attn, prefix, state, prompt=1)
+    attn.reorder_incremental_state(state, new_order)
+    decode(attn, prefix[:, new_order], fresh, prompt=1)
+    torch.testing.assert_close(decode(attn, continuation, state, 1), decode(attn, continuation, fresh, 1))
+
+
+def test_gradients_match_token_by_token_decoding():
+    attn = make()
+    x = torch.randn(9, 2, C, dtype=torch.float64)
+    grads = [torch.autograd.grad(run(attn, x).pow(2).sum(), list(attn.parameters())) for run in (
+        lambda a, x: a(x)[0], lambda a, x: decode(a, x, {}, prompt=1))]
+    for parallel, recurrent in zip(*grads):
+        torch.testing.assert_close(parallel, recurrent, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision(dtype):
+    x = torch.randn(40, 2, C)
+    full = make(dtype=torch.float32)(x)[0]
+    out = make(dtype=dtype)(x.to(dtype))[0]
+    assert out.dtype == dtype and (out.float() - full).norm() / full.norm() < 3e-2
+
+
+def test_weights_when_asked():
+    attn = make()
+    x = torch.randn(6, 2, C, dtype=torch.float64)
+    out, weights = attn(x, need_weights=True)
+    torch.testing.assert_close(out, attn(x)[0])
+    assert weights.shape == (2, 6, 6) and torch.all(weights.triu(1) == 0)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 6, dtype=torch.float64))
+
+
+def test_the_factory_and_options():
+    options = KernelOptions(linear_attention="softmax", short_conv=3, output_gate=0).checked()
+    attn = build_attention(options, 0, LayerShape(C, H, causal=True, dropout=0.1))
+    assert type(attn) is CausalSoftmaxAttention and attn.conv.kernel_size == 3 and attn.gate_proj is None
+    assert attn.dropout == 0.1  # softmax has probabilities to drop, unlike the recurrent states
+    with pytest.raises(ValueError, match="causal .decoder. mechanism.*bidirectional"):
+        build_attention(options, 0, LayerShape(C, H, causal=False))
+    with pytest.raises(ValueError, match="--decay-init long only applies"):
+        KernelOptions(linear_attention="softmax", decay_init="long").checked()
+    with pytest.raises(ValueError, match="--feature-map favor only applies"):
+        KernelOptions(linear_attention="softmax", feature_map="favor").checked()
