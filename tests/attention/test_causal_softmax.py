@@ -9,6 +9,8 @@ from fairseq.utils import fill_with_neg_inf
 from fairseq_linattn.attention import KernelOptions, LayerShape, build_attention
 from fairseq_linattn.attention.causal_softmax import CausalSoftmaxAttention
 
+from .causal_helpers import decode, padded_batch
+
 C, H = 32, 4
 
 
@@ -19,16 +21,6 @@ def make(short_conv=4, output_gate=True, dtype=torch.float64):
 
 def future_mask(n):
     return torch.triu(fill_with_neg_inf(torch.zeros(n, n, dtype=torch.float64)), 1)
-
-
-def decode(attn, x, state, prompt, padding=None):
-    """x (T x B x C) through incremental decoding: ``prompt`` tokens at once, then one at a time."""
-    def mask(where):
-        return None if padding is None else padding[:, where]
-    outs = [attn(x[:prompt], incremental_state=state, key_padding_mask=mask(slice(0, prompt)))[0]]
-    outs += [attn(x[t:t + 1], incremental_state=state, key_padding_mask=mask(slice(t, t + 1)))[0]
-             for t in range(prompt, x.size(0))]
-    return torch.cat(outs)
 
 
 def test_bare_it_is_fairseqs_multihead_attention():
@@ -62,17 +54,10 @@ def test_padding_is_exact(side, decoding):
     """Each real token's output equals its sequence's alone however the batch is padded, in the parallel forward
     and while decoding (the cache remembers which keys were padding); the pads hold NaN."""
     attn = make()
-    lengths = (11, 7, 3)
-    sequences = [torch.randn(n, 1, C, dtype=torch.float64) for n in lengths]
-    longest = max(lengths)
-    batch = torch.full((longest, len(lengths), C), float("nan"), dtype=torch.float64)
-    mask = torch.ones(len(lengths), longest, dtype=torch.bool)
-    for i, seq in enumerate(sequences):
-        where = slice(0, seq.size(0)) if side == "right" else slice(longest - seq.size(0), longest)
-        batch[where, i], mask[i, where] = seq[:, 0], False
+    sequences = [torch.randn(n, 1, C, dtype=torch.float64) for n in (11, 7, 3)]
+    batch, mask, places = padded_batch(sequences, side)
     out = decode(attn, batch, {}, prompt=2, padding=mask) if decoding else attn(batch, key_padding_mask=mask)[0]
-    for i, seq in enumerate(sequences):
-        where = slice(0, seq.size(0)) if side == "right" else slice(longest - seq.size(0), longest)
+    for i, (seq, where) in enumerate(zip(sequences, places)):
         torch.testing.assert_close(out[where, i], attn(seq)[0][:, 0], rtol=1e-10, atol=1e-10)
 
 

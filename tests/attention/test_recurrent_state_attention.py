@@ -8,6 +8,8 @@ from fairseq_linattn.attention.decay_init import DECAY_INITS
 from fairseq_linattn.attention.recurrent_state import RecurrentStateAttention, linear_attentions
 from fairseq_linattn.attention.short_conv import ShortConvolution
 
+from .causal_helpers import decode, padded_batch
+
 C, H = 32, 4
 NAMES = sorted(linear_attentions())
 
@@ -15,14 +17,6 @@ NAMES = sorted(linear_attentions())
 def make(name, short_conv=4, output_gate=True, dtype=torch.float64):
     torch.manual_seed(0)
     return linear_attentions()[name](C, H, short_conv=short_conv, output_gate=output_gate, chunk_size=8).to(dtype).eval()
-
-
-def decode(attn, x, state, prompt):
-    """x (T x B x C) through incremental decoding: ``prompt`` tokens at once (the chunked op continued from the
-    state), then one at a time (the recurrent step)."""
-    outs = [attn(x[:prompt], incremental_state=state)[0]]
-    outs += [attn(x[t : t + 1], incremental_state=state)[0] for t in range(prompt, x.size(0))]
-    return torch.cat(outs)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -47,17 +41,10 @@ def test_padding_is_exact(name, side):
     """Each real token's output equals its sequence's alone however the batch is padded; the pads hold NaN, so
     anything of them reaching a real token (state, convolution, gate) would show."""
     attn = make(name)
-    lengths = (11, 7, 3)
-    sequences = [torch.randn(n, 1, C, dtype=torch.float64) for n in lengths]
-    longest = max(lengths)
-    batch = torch.full((longest, len(lengths), C), float("nan"), dtype=torch.float64)
-    mask = torch.ones(len(lengths), longest, dtype=torch.bool)
-    for i, seq in enumerate(sequences):
-        where = slice(0, seq.size(0)) if side == "right" else slice(longest - seq.size(0), longest)
-        batch[where, i], mask[i, where] = seq[:, 0], False
+    sequences = [torch.randn(n, 1, C, dtype=torch.float64) for n in (11, 7, 3)]
+    batch, mask, places = padded_batch(sequences, side)
     out = attn(batch, key_padding_mask=mask)[0]
-    for i, seq in enumerate(sequences):
-        where = slice(0, seq.size(0)) if side == "right" else slice(longest - seq.size(0), longest)
+    for i, (seq, where) in enumerate(zip(sequences, places)):
         torch.testing.assert_close(out[where, i], attn(seq)[0][:, 0], rtol=1e-10, atol=1e-10)
 
 
