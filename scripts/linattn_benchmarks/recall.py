@@ -32,6 +32,9 @@ SOFTMAX = "softmax"
 GATED = tuple(sorted(linear_attentions()))  # --linear-attention's mechanisms with a decay, gate or delta rule
 MODELS: Dict[str, Tuple[str, List[str]]] = {
     SOFTMAX: ("transformer_lm", []),
+    # softmax given the short convolution the recurrent mechanisms have (and their output gate): what those buy
+    "softmax+conv": ("linear_transformer_lm", ["--linear-attention", "softmax", "--output-gate", "0"]),
+    "softmax+conv+gate": ("linear_transformer_lm", ["--linear-attention", "softmax"]),
     "elu+1": ("linear_transformer_lm", ["--feature-map", "elu"]),
     "favor+": ("linear_transformer_lm", ["--feature-map", "favor"]),
     **{name: ("linear_transformer_lm", ["--linear-attention", name]) for name in GATED},

@@ -1,5 +1,10 @@
-"""RetNet's retention (Sun et al. 2023): one fixed decay per head, γ_h = 1 - 2^(-5-h) (heads from a half-life
-of 22 tokens to long memories), the same at every step; queries scaled by head_dim^-0.5."""
+"""RetNet's retention (Sun et al. 2023) without its xPos rotation: one fixed decay per head, γ_h = 1 - 2^(-5-h)
+(heads from a half-life of 22 tokens to long memories), the same at every step; queries scaled by head_dim^-0.5.
+
+RetNet (and flash-linear-attention's retention layer) also rotate q and k by position (xPos, a RoPE with a decay);
+this one does not: positions reach it only through the model's positional embeddings and the decay itself. The
+name stays ``retention`` for the recurrence it shares with RetNet; its summary, the option reference and the
+results say what it lacks."""
 import torch
 
 from ..ops.gated_linear_attn import chunk_gated_linear_attention
@@ -9,7 +14,7 @@ from .decaying_state import DecayingStateAttention
 
 @register_linear_attention("retention")
 class Retention(DecayingStateAttention):
-    SUMMARY = "RetNet's fixed decay per head"
+    SUMMARY = "RetNet's fixed decay per head, without RetNet's xPos rotation of q and k"
 
     def __init__(self, embed_dim: int, num_heads: int, **options):
         super().__init__(embed_dim, num_heads, **options)

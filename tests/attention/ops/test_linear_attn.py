@@ -170,6 +170,9 @@ def test_shape_errors():
         causal_linear_attention(q, k, v, initial_state=torch.zeros(2, 3, 8, 6))
     with pytest.raises(ValueError, match="chunk_size"):
         causal_linear_attention(q, k, v, chunk_size=0)
+    for eps in (0.0, -1e-6, float("nan")):  # 0 gave correct outputs but NaN gradients when the last chunk is short
+        with pytest.raises(ValueError, match="eps must be > 0"):
+            causal_linear_attention(q, k, v, chunk_size=4, eps=eps)
 
 
 @pytest.mark.parametrize("length", [64, 70])

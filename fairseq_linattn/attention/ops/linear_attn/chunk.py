@@ -50,6 +50,8 @@ def causal_linear_attention(
     check_shapes(q, k, v)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    if not eps > 0:  # the zero rows that pad a short last chunk have a zero normaliser: 0 would give NaN gradients
+        raise ValueError(f"eps must be > 0 (it keeps q^T Σk + eps away from zero; 1e-6 is the default), got {eps}")
     *batch, length, feature_dim = q.shape
     value_dim = v.size(-1)
     dtype = compute_dtype(v)
