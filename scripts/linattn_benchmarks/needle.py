@@ -32,9 +32,9 @@ import torch
 
 from .fairseq_runs import prepare_corpus, say
 from .machine import machine_line
-from .quality import LM_MODELS, SCALES, SOFTMAX_LM, Quality
+from .quality import LM_MODELS, MECHANISM_MODELS, SCALES, SOFTMAX_LM, Quality
 from .report import md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point, positive_int, positive_ints
+from .runner import ROOT, Study, entry_point, names_among, positive_int, positive_ints
 
 INSTRUCTION = ("A special magic number is hidden within the following text. Make sure to memorize it. I will quiz "
                "you about the number afterwards.")
@@ -102,6 +102,8 @@ class NeedleBenchmark(Study):
                             help="prompt lengths, in training lengths (comma-separated)")
         parser.add_argument("--depths", type=positive_int, default=20,
                             help="needle positions per length (evenly spaced)")
+        parser.add_argument("--models", type=names_among(MECHANISM_MODELS), default=None,
+                            help=f"some of the LMs, comma-separated (default: all of {', '.join(MECHANISM_MODELS)})")
         parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "needle"))
 
     def measure(self, args, data):
@@ -115,7 +117,7 @@ class NeedleBenchmark(Study):
         text = " ".join((Path(corpus.lm).parent / "corpus" / "test.txt").read_text().split())
         out = data.setdefault("study", {"scale": asdict(scale), "multiples": multiples, "depths": depths,
                                         "models": {}})
-        for name in scale.mechanism_models:
+        for name in args.models or scale.mechanism_models:
             run = study.language_model(name)
             out["models"][name] = {"params": run["params"], "test_ppl": run["test_ppl"],
                                    "accuracy": self.retrieve(LM_MODELS[name][0], run, corpus, text, scale.lm_tokens,

@@ -13,7 +13,6 @@ each run needed to first reach 90% on the headline shape are read from its valid
     python scripts/bench_recall.py                  # the default sweep (hours on 2 CPU cores: see its table)
     python scripts/bench_recall.py --models softmax,gated-delta   # some models; finished runs are not run again
 """
-import argparse
 import shutil
 import time
 import zlib
@@ -26,7 +25,7 @@ from fairseq_linattn.attention.recurrent_state import linear_attentions
 from .fairseq_runs import USER_DIR, fairseq, parameter_count, say, seconds_per_update, train_seconds
 from .machine import machine_line
 from .report import md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point, positive_floats, positive_int, positive_ints
+from .runner import ROOT, Study, entry_point, names_among, positive_floats, positive_int, positive_ints
 
 SOFTMAX = "softmax"
 GATED = tuple(sorted(linear_attentions()))  # --linear-attention's mechanisms with a decay, gate or delta rule
@@ -167,7 +166,7 @@ class RecallBenchmark(Study):
 
     def add_args(self, parser):
         parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "recall"), help="logs (results: --out)")
-        parser.add_argument("--models", type=model_names, default=None,
+        parser.add_argument("--models", type=names_among(MODELS), default=None,
                             help=f"comma-separated subset of {', '.join(MODELS)}")
         parser.add_argument("--widths", type=positive_ints, default=None,
                             help="comma-separated d_model values (default: the scale's)")
@@ -272,16 +271,6 @@ class RecallBenchmark(Study):
         axes[0][-1].legend(fontsize=7)
         fig.tight_layout()
         return titled(fig, "MQAR accuracy by width", data)
-
-
-def model_names(text: str) -> List[str]:
-    """An argparse ``type``: comma-separated names of :data:`MODELS`."""
-    names = [name for name in text.split(",") if name]
-    unknown = sorted(set(names) - set(MODELS))
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown) or 'none given'}; choose among "
-                                         f"{', '.join(MODELS)}")
-    return names
 
 
 def spread(values: List[float]) -> str:

@@ -138,6 +138,18 @@ def positive_list(kind: type, what: str, example: str):
     return parse
 
 
+def names_among(known) -> Callable[[str], List[str]]:
+    """An argparse ``type``: comma-separated names, each one of ``known`` (read when the command line is parsed)."""
+    def parse(text: str) -> List[str]:
+        names = [name for name in text.split(",") if name]
+        unknown = sorted(set(names) - set(known))
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown) or 'none given'}; choose among "
+                                             f"{', '.join(known)}")
+        return names
+    return parse
+
+
 positive_ints = positive_list(int, "whole numbers >= 1", "1,2,4")
 positive_floats = positive_list(float, "numbers > 0", "5e-4,2e-3")
 
