@@ -41,6 +41,8 @@ MODELS: Dict[str, Tuple[str, List[str]]] = {
     # fairseq_linattn/attention/decay_init.py)
     **{f"{name}-long": ("linear_transformer_lm", ["--linear-attention", name, "--decay-init", "long"])
        for name, cls in sorted(linear_attentions().items()) if cls.MAMBA2_DECAY},
+    # and the converse of softmax+conv: the mechanism the README recommends, without its short convolution
+    "gated-delta-noconv": ("linear_transformer_lm", ["--linear-attention", "gated-delta", "--short-conv", "0"]),
 }
 
 
