@@ -81,7 +81,12 @@ SOFTMAX_LM, LINEAR_LM = "transformer_lm", "linear elu+1"
 # (equal parameters)
 GATED_MECHANISMS = tuple(sorted(linear_attentions()))
 LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", name]) for name in GATED_MECHANISMS})
-MECHANISM_MODELS = (SOFTMAX_LM, LINEAR_LM, *GATED_MECHANISMS)
+# softmax given the same short convolution and output gate (--linear-attention softmax): what those buy, apart from
+# the mechanism that they come with
+SOFTMAX_CONV_GATE = "softmax+conv+gate"
+LM_MODELS[SOFTMAX_CONV_GATE] = ("linear_transformer_lm", ["--linear-attention", "softmax"])
+OUTPUT_GATED = (SOFTMAX_CONV_GATE, *GATED_MECHANISMS)  # the models whose FFN pays for the output gate
+MECHANISM_MODELS = (SOFTMAX_LM, SOFTMAX_CONV_GATE, LINEAR_LM, *GATED_MECHANISMS)
 
 
 @dataclass(frozen=True)
@@ -236,7 +241,7 @@ class Quality:
     def language_model(self, name: str, echo=None) -> Dict:
         arch, extra = LM_MODELS[name]
         s, n = self.s, self.s.lm_tokens
-        ffn = s.ffn - s.dim // 2 if name in GATED_MECHANISMS else s.ffn  # the output gate's d x d, see LM_MODELS
+        ffn = s.ffn - s.dim // 2 if name in OUTPUT_GATED else s.ffn  # the output gate's d x d, see LM_MODELS
         run = self.train(("lm", arch, n, *extra), [
             self.data.lm, "--task", "language_modeling", "--arch", arch, "--decoder-layers", s.layers,
             "--decoder-embed-dim", s.dim, "--decoder-ffn-embed-dim", ffn, "--decoder-attention-heads", s.heads,
@@ -391,7 +396,7 @@ class MechanismQualityBenchmark(QualityBenchmark):
         dim = data["study"]["scale"]["dim"]
         markdown, verdicts = render(
             data, "linear attentions with decay, gates and the delta rule beside softmax",
-            f" ({4 * dim - dim // 2} for {', '.join(GATED_MECHANISMS)}: their output gate's d x d weights are paid for "
+            f" ({4 * dim - dim // 2} for {', '.join(OUTPUT_GATED)}: their output gate's d x d weights are paid for "
             "by a narrower FFN, so that every model has about the same parameters)")
         rows = self.flatness(data["study"])
         if rows:
