@@ -29,8 +29,9 @@ class CausalSoftmaxAttention(CausalAttention):
                 k, v = torch.cat([buffer[self.KEY], k], 2), torch.cat([buffer[self.VALUE], v], 2)
                 padding_mask = torch.cat([buffer[self.PADDING], padding_mask], 1)
             buffer[self.KEY], buffer[self.VALUE], buffer[self.PADDING] = k, v, padding_mask
-        # query i (of the new ones) is position past + i: it sees the keys up to there
+        # query i (of the new ones) is position past + i: it sees the keys up to there (one new token sees them all,
+        # so a decoding step builds no mask)
         past = k.size(2) - new
-        future = torch.ones(new, k.size(2), dtype=torch.bool, device=q.device).triu(past + 1)
+        future = None if new == 1 else torch.ones(new, k.size(2), dtype=torch.bool, device=q.device).triu(past + 1)
         return softmax_attention(q, k, v, key_padding_mask=padding_mask, attn_mask=future, scale=self.scaling,
                                  dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights)
