@@ -115,7 +115,7 @@ def command_line_problem(args):
             probe.max_positions = getattr(probe, "tokens_per_sample", None)
         stack = model.attention_stack()
         try:
-            stack.options_class.from_args(probe)
+            stack.checked_options(probe)
             width, heads = (getattr(probe, f"{stack.side}_{name}", None) for name in ("embed_dim", "attention_heads"))
             if width is not None and heads is not None:
                 check_heads(int(width), int(heads), stack.side)

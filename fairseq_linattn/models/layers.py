@@ -67,9 +67,15 @@ class BuildsAttention:
     options_class = None  # a class of .attention.options (KernelOptions, LinformerOptions, ...)
     side = None  # "encoder" or "decoder": where fairseq's config keeps the sizes
 
+    @classmethod
+    def checked_options(cls, args):
+        """The stack's attention options, read and checked: here when it is built, and at start-up by the command
+        line's checks (:mod:`..compat.cli`), so that a mistake is a one-line error before any data is loaded."""
+        return cls.options_class.from_args(args)
+
     def read_attention_options(self, args):
         side = self.side
-        self.attention_options = self.options_class.from_args(args)
+        self.attention_options = self.checked_options(args)
         check_heads(int(option(args, f"{side}_embed_dim")), int(option(args, f"{side}_attention_heads")), side)
         self._shared_attention = {}
         self._layers_built = 0

@@ -21,6 +21,7 @@ from fairseq.models.transformer import transformer_legacy as fairseq_transformer
 from omegaconf import OmegaConf
 
 from ..attention import KernelOptions, LayerShape, build_attention, option
+from ..attention.options import KERNEL_ATTENTION
 from .archs import register_archs
 from .layers import DecoderLayer, SwappedAttentionDecoder, SwappedAttentionEncoder, wrap_layer
 from .plugin_model import PluginModel
@@ -74,6 +75,16 @@ class LinearTransformerTranslationDecoder(SwappedAttentionDecoder):
 
     options_class = KernelOptions
     no_encoder_attn = False
+
+    @classmethod
+    def checked_options(cls, args):
+        # the encoder is built from the same options and attends both ways: only kernel attention can be both
+        options = super().checked_options(args)
+        if options.linear_attention != KERNEL_ATTENTION:
+            raise ValueError(f"linear_transformer uses kernel attention in its encoder and decoder: --linear-attention "
+                             f"{options.linear_attention} is a causal mechanism for linear_transformer_lm; drop "
+                             f"--linear-attention (or pass {KERNEL_ATTENTION})")
+        return options
 
     def __init__(self, args, dictionary, embed_tokens):
         self.cross_attention = cross_attention_kind(args)
