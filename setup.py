@@ -26,6 +26,9 @@ setup(
         # FSDP (--ddp-backend fully_sharded, GPUs only): fairscale 0.4.13 is its last release and installs with
         # torch 2.13; our layers are wrapped one by one like fairseq's own
         "fsdp": ["fairscale==0.4.13"],
+        # the GPU fast path: flash-linear-attention's Triton kernels behind the causal ops (CUDA only; the CPU path and
+        # every test without a GPU need none of it)
+        "gpu": ["fla-core==0.6.0"],
         "dev": ["pytest", "pytest-xdist", "matplotlib", "fairscale==0.4.13", "ruff==0.17.6"],
     },
     entry_points={

@@ -33,6 +33,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from .. import fla_kernels
 from .utils import check_inputs, in_chunks, matrix_state, solve_and_carry
 
 
@@ -57,6 +58,10 @@ def chunk_delta_rule(
     check_inputs(q, k, v, beta, log_decay)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    gated = () if log_decay is None else (q, k, v, beta, log_decay, initial_state)  # the gated delta rule's
+    if fla_kernels.dispatches(q, v, gated):  # CUDA with fla-core: its kernels (see fla_kernels)
+        initial_state = None if initial_state is None else matrix_state(initial_state, q, v, "initial_state")
+        return fla_kernels.delta_rule(q, k, v, beta, log_decay, initial_state, return_state, False)
     *batch, length, feature_dim = q.shape
     value_dim = v.size(-1)
     n = math.prod(batch)

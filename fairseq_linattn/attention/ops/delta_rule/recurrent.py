@@ -12,6 +12,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from .. import fla_kernels
 from .naive import naive_recurrent_delta_rule
 from .utils import check_inputs, matrix_state
 
@@ -25,6 +26,8 @@ def recurrent_delta_rule_step(
     if q.size(-2) != 1:  # a few tokens: the recurrence token by token, as the reference runs it
         return naive_recurrent_delta_rule(q, k, v, beta, log_decay, state)
     check_inputs(q, k, v, beta, log_decay)
+    if fla_kernels.dispatches(q, v):  # CUDA with fla-core: its fused recurrent kernel
+        return fla_kernels.delta_rule(q, k, v, beta, log_decay, matrix_state(state, q, v), True, True)
     out, state = _step(q, k, v, beta, log_decay, matrix_state(state, q, v))
     return out.to(v.dtype), state
 

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .. import fla_kernels
 from ..linear_attn.utils import compute_dtype, matrix_state
 from .utils import check_gated_inputs
 
@@ -46,6 +47,10 @@ def chunk_gated_linear_attention(
     check_gated_inputs(q, k, v, log_decay)
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    gated = fla_kernels.gated_backward_inputs(log_decay, q, k, v, initial_state)
+    if fla_kernels.dispatches(q, v, gated):  # CUDA with fla-core: its kernels (see fla_kernels)
+        initial_state = None if initial_state is None else matrix_state(initial_state, q, v)
+        return fla_kernels.gated_linear_attention(q, k, v, log_decay, initial_state, return_state, False)
     dtype, out_dtype = compute_dtype(v), v.dtype
     *lead, length, m = q.shape
     d = v.size(-1)

@@ -13,6 +13,7 @@ from typing import List, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from .. import fla_kernels
 from .utils import State, check_shapes, check_state, compute_dtype, decay_weights, finite, split_state
 
 # The chunked op works block by block, a block being about ROWS_PER_BLOCK_PER_THREAD query positions per
@@ -52,6 +53,11 @@ def causal_linear_attention(
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     if not eps > 0:  # the zero rows that pad a short last chunk have a zero normaliser: 0 would give NaN gradients
         raise ValueError(f"eps must be > 0 (it keeps q^T Σk + eps away from zero; 1e-6 is the default), got {eps}")
+    # FAVOR+'s keys take fla's decaying-state kernel, whose backward is a gated one
+    s0 = initial_state[0] if isinstance(initial_state, tuple) else initial_state
+    gated = () if key_log_scale is None else (q, k, v, s0)
+    if fla_kernels.dispatches(q, v, gated):  # CUDA with fla-core: its kernels (see fla_kernels)
+        return fla_kernels.linear_attention(q, k, v, initial_state, eps, return_state, key_log_scale, False)
     *batch, length, feature_dim = q.shape
     value_dim = v.size(-1)
     dtype = compute_dtype(v)

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .. import fla_kernels
 from .utils import State, check_shapes, check_state, decay_weights, finite, split_state
 
 
@@ -22,6 +23,8 @@ def recurrent_linear_attention_step(
     ``key_log_scale`` the state is the pair (S, log scale) (see the module doc).
     """
     check_shapes(q, k, v)
+    if q.size(-2) == 1 and fla_kernels.dispatches(q, v):  # CUDA with fla-core: its fused recurrent kernel
+        return fla_kernels.linear_attention(q, k, v, state, eps, True, key_log_scale, True)
     state, state_log_scale = split_state(state, key_log_scale, k)
     check_state(state, q, v)
     dtype = state.dtype

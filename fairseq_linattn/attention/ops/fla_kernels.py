@@ -1,0 +1,232 @@
+"""The GPU fast path: flash-linear-attention's Triton kernels (``pip install .[gpu]``, fla-core) behind our ops.
+
+When fla-core is importable and the inputs are half-precision CUDA tensors, the causal ops hand their work to
+fla-core: its chunk kernels for training and prompts, its fused recurrent kernels for one decoding step. The
+PyTorch ops of :mod:`.linear_attn`, :mod:`.gated_linear_attn` and :mod:`.delta_rule` stay the CPU path and the
+reference the CUDA tests compare with; :mod:`.gdn2` has no fla kernel with its gates (fla's KDA has one β per
+head) and stays in PyTorch everywhere.
+
+What stays ours, so that the two paths are interchangeable mid-run:
+
+* the layouts: our ops take ``... x T x F`` (B x H x T x D from the layers), fla-core ``[B, T, H, F]``;
+* the states: fp32, ``... x M x D`` (kernel attention: ``... x M x (D+1)``, the last column the normaliser's
+  key sum; FAVOR+: the pair (S, its log scale)). Initial state, continuation, beam reordering (the layers'
+  buffers) and padding (zero keys, values and gates, set by the layers) behave exactly as on the CPU path;
+* kernel attention's normaliser, q^T Σk, in fp32: fla-core's own (``normalize=True``) is computed in the input
+  dtype, and in fp16 it collapses to 0 from about position 700 (elu+1 features, head dim 64). For the same
+  reason fp16 kernel attention runs fla's numerator kernel in fp32 (un-normalised numerators grow with the
+  position past fp16's 65,504); bf16 has the range and stays bf16;
+* training where fla-core refuses a backward (:data:`GATED_BACKWARD_REFUSED`): our ops.
+
+FAVOR+'s keys come with log scales measured against a running maximum (:mod:`.linear_attn.utils`): that is a
+state decaying by exp(ref_{t-1} - ref_t) <= 1 at each step, which is fla's ``simple_gla`` with g = that
+log decay, so FAVOR+ takes the same kernel.
+
+fp32 inputs stay on our ops unless :func:`use_fla` says ``"all"``: fla-core's kernels run fp32 products in tf32
+(about 3e-4 relative) unless ``TRITON_F32_DEFAULT=ieee``. The mode (``auto``: half precision on CUDA; ``all``;
+``off``) comes from the environment variable ``FAIRSEQ_LINATTN_FLA`` at import, or from :func:`use_fla` (the
+tests and benchmarks switch it).
+"""
+import contextlib
+import os
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+MODES = ("auto", "all", "off")
+ENV = "FAIRSEQ_LINATTN_FLA"
+MAX_HEAD_DIM = 256  # fla-core's kernels hold a head's state in one block
+# FAVOR+'s decay per step is clamped here: a state decayed by exp(-60) = 9e-27 next to a key of weight 1 (the one that
+# raised the reference) is lost to fp32 rounding whether it decays by that or by more
+STEP_DECAY_FLOOR = 60.0
+
+try:  # optional: CPU installs never have it
+    import fla.ops as _fla
+except ImportError:  # pragma: no cover - depends on the install
+    _fla = None
+
+
+def _gated_backward_refused() -> bool:
+    """fla-core 0.6.0 refuses the backward of its gated chunk kernels (simple GLA with a decay per step, the gated
+    delta rule) with Triton 3.4 to 3.7.0 on Hopper GPUs, which compute it wrongly (its issue #640): a RuntimeError in
+    the middle of the first update. Where that holds, those ops train on our PyTorch ops instead (their forward,
+    decoding and evaluation still take fla-core's kernels)."""
+    if _fla is None:
+        return False
+    try:
+        from fla.utils import IS_NVIDIA_HOPPER, TRITON_ABOVE_3_4_0, TRITON_ABOVE_3_7_1
+    except ImportError:  # another fla-core version: it has no such check
+        return False
+    return bool(IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0 and not TRITON_ABOVE_3_7_1)
+
+
+GATED_BACKWARD_REFUSED = _gated_backward_refused()
+
+
+def _mode_from_env() -> str:
+    mode = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    if mode not in MODES:
+        raise ValueError(f"{ENV}={mode!r}: expected one of {', '.join(MODES)}")
+    return mode
+
+
+_mode = _mode_from_env()
+
+
+def available() -> bool:
+    """Whether fla-core is installed (its kernels still need CUDA tensors)."""
+    return _fla is not None
+
+
+@contextlib.contextmanager
+def use_fla(mode: str):
+    """Within the block, dispatch to fla-core by ``mode``: ``auto`` (fp16/bf16 CUDA tensors), ``all`` (fp32
+    too) or ``off`` (our PyTorch ops everywhere)."""
+    global _mode
+    if mode not in MODES:
+        raise ValueError(f"fla mode must be one of {', '.join(MODES)}, got {mode!r}")
+    previous, _mode = _mode, mode
+    try:
+        yield
+    finally:
+        _mode = previous
+
+
+def dispatches(q: Tensor, v: Tensor, gated_backward: Sequence[Optional[Tensor]] = ()) -> bool:
+    """Whether the op called with these inputs runs fla-core's kernels (B x H x T x F CUDA tensors of a
+    dtype the mode lets through, head dims that fit its blocks). ``gated_backward``: the inputs of an op whose fla
+    backward is a gated one; if any needs a gradient where fla-core refuses that backward, our op runs instead."""
+    if gated_backward and GATED_BACKWARD_REFUSED and torch.is_grad_enabled() and any(
+            t is not None and t.requires_grad for t in gated_backward):
+        return False
+    if _fla is None or _mode == "off" or not (q.is_cuda and v.is_cuda) or q.dim() != 4:
+        return False
+    if q.size(-1) > MAX_HEAD_DIM or v.size(-1) > MAX_HEAD_DIM:
+        return False
+    half = v.dtype in (torch.float16, torch.bfloat16)
+    return half or (_mode == "all" and v.dtype == torch.float32)
+
+
+def _btf(x: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
+    """B x H x T (x F) -> fla-core's B x T x H (x F)."""
+    x = x.transpose(1, 2)
+    return x if dtype is None else x.to(dtype)
+
+
+def _bhtf(x: Tensor) -> Tensor:
+    """fla-core's B x T x H x F -> B x H x T x F."""
+    return x.transpose(1, 2)
+
+
+def _state(state: Optional[Tensor]) -> Optional[Tensor]:
+    return None if state is None else state.float().contiguous()
+
+
+# ------------------------------------------------------------------------------- kernel attention (normalised)
+def linear_attention(q: Tensor, k: Tensor, v: Tensor, state, eps: float, return_state: bool,
+                     key_log_scale: Optional[Tensor], recurrent: bool):
+    """:func:`.linear_attn.causal_linear_attention` (``recurrent``: :func:`.linear_attn.recurrent_linear_attention_step`
+    for one token) through fla-core: the numerator by its simple-GLA kernel, the normaliser by us in fp32.
+    ``state``: None, S (B x H x M x (D+1)) or, with key log scales, (S, log scale B x H x 1 x 1)."""
+    d = v.size(-1)
+    kernel_dtype = torch.bfloat16 if v.dtype == torch.bfloat16 else torch.float32  # fp16: see the module doc
+    start_ref = None
+    if isinstance(state, tuple):
+        state, start_ref = state
+    s0 = z0 = None
+    if state is not None:
+        s0, z0 = state[..., :d], state[..., d]  # B x H x M x D, B x H x M
+    q32, k32 = q.float(), k.float()
+    log_decay = reference = None
+    if key_log_scale is not None:  # keys against the running max of their log scales: a decaying state
+        from .linear_attn.utils import finite
+
+        log_scale = finite(key_log_scale.float())[..., 0]  # B x H x T
+        if start_ref is None:
+            start_ref = log_scale.new_full((*log_scale.shape[:2], 1, 1), torch.finfo(torch.float32).min / 4)
+        reference = torch.maximum(torch.cummax(log_scale.detach(), dim=-1).values, start_ref[..., 0])
+        previous = torch.cat([start_ref[..., 0], reference[..., :-1]], dim=-1)
+        # <= 0, and no lower than -STEP_DECAY_FLOOR: fla sums the log decays along each chunk in fp32, and one huge
+        # step (the first key after "no key yet", -1e37) would swallow every other step's decay in that sum
+        log_decay = (previous - reference).clamp(min=-STEP_DECAY_FLOOR)
+        k32 = k32 * torch.exp(log_scale - reference).unsqueeze(-1)
+    run = _fla.fused_recurrent_simple_gla if recurrent else _fla.chunk_simple_gla
+    numerator, s_final = run(
+        _btf(q32, kernel_dtype), _btf(k32, kernel_dtype), _btf(v, kernel_dtype),
+        g=None if log_decay is None else _btf(log_decay), scale=1.0, initial_state=_state(s0),
+        output_final_state=return_state)
+    if z0 is None:
+        z0 = q32.new_zeros(q32.shape[:2] + q32.shape[-1:])
+    if log_decay is None:
+        z = torch.cumsum(k32, dim=-2) + z0.unsqueeze(-2)  # B x H x T x M, fp32
+        z_final = z[..., -1, :]
+        normaliser = (q32 * z).sum(-1, keepdim=True)
+    else:  # the key sum decays as the state does: our fp32 op with one value column of ones
+        from .gated_linear_attn import chunk_gated_linear_attention
+
+        ones = k32.new_ones(*k32.shape[:-1], 1)
+        normaliser, z_final = chunk_gated_linear_attention(q32, k32, ones, log_decay.unsqueeze(-1),
+                                                           initial_state=z0.unsqueeze(-1), return_state=True)
+        z_final = z_final[..., 0]
+    out = (_bhtf(numerator).float() / (normaliser + eps)).to(v.dtype)
+    if not return_state:
+        return out
+    final = torch.cat([s_final, z_final.unsqueeze(-1)], dim=-1)
+    return out, ((final, reference[..., -1:].unsqueeze(-1)) if reference is not None else final)
+
+
+# ------------------------------------------------------------------------------- decaying states (retention, GLA)
+def gated_linear_attention(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, initial_state: Optional[Tensor],
+                           return_state: bool, recurrent: bool):
+    """:func:`.gated_linear_attn.chunk_gated_linear_attention` (``recurrent``: one decoding step) through
+    fla-core: one decay per head and step (RetNet) is its simple-GLA kernel, one per key channel its GLA kernel."""
+    dtype = v.dtype
+    g = log_decay.float()
+    if constant_per_head(log_decay):  # RetNet: fla's head-wise decay, whose backward is not a gated one
+        run = _fla.fused_recurrent_simple_gla if recurrent else _fla.chunk_simple_gla
+        gates = {"g_gamma": g[0, :, 0, 0].contiguous()}
+    elif log_decay.size(-1) == 1:
+        run = _fla.fused_recurrent_simple_gla if recurrent else _fla.chunk_simple_gla
+        gates = {"g": _btf(g[..., 0])}
+    elif recurrent:
+        run, gates = _fla.fused_recurrent_gla, {"gk": _btf(g)}
+    else:
+        run, gates = _fla.chunk_gla, {"g": _btf(g)}
+    out, state = run(_btf(q, dtype), _btf(k, dtype), _btf(v), **gates, scale=1.0,
+                     initial_state=_state(initial_state), output_final_state=return_state)
+    out = _bhtf(out).to(dtype)
+    return (out, state) if return_state else out
+
+
+def constant_per_head(log_decay: Tensor) -> bool:
+    """A decay per head, the same for every sequence and step and needing no gradient (RetNet's buffer, expanded):
+    the strides of an expanded B x H x T x 1 tensor are 0 along B and T. Padding zeroes some steps: then not."""
+    return (log_decay.size(-1) == 1 and not log_decay.requires_grad and log_decay.stride(0) == 0
+            and log_decay.stride(2) == 0)
+
+
+def gated_backward_inputs(log_decay: Tensor, *others: Optional[Tensor]) -> Sequence[Optional[Tensor]]:
+    """The inputs whose gradients would go through fla's gated backward: a decay per step and head (simple GLA's
+    g; GLA's per-channel kernel and the head-wise decay have backwards of their own)."""
+    if log_decay.size(-1) != 1 or constant_per_head(log_decay):
+        return ()
+    return (log_decay, *others)
+
+
+# ------------------------------------------------------------------------------- the (gated) delta rule
+def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[Tensor],
+               initial_state: Optional[Tensor], return_state: bool, recurrent: bool):
+    """:func:`.delta_rule.chunk_delta_rule` (``recurrent``: one decoding step) through fla-core's delta-rule or
+    gated-delta-rule kernels (keys already L2-normalised and queries scaled by the layer)."""
+    dtype = v.dtype
+    inputs = dict(q=_btf(q, dtype), k=_btf(k, dtype), v=_btf(v), beta=_btf(beta, dtype), scale=1.0,
+                  initial_state=_state(initial_state), output_final_state=return_state)
+    if log_decay is None:
+        run = _fla.fused_recurrent_delta_rule if recurrent else _fla.chunk_delta_rule
+    else:
+        run = _fla.fused_recurrent_gated_delta_rule if recurrent else _fla.chunk_gated_delta_rule
+        inputs["g"] = _btf(log_decay.float())
+    out, state = run(**inputs)
+    out = _bhtf(out).to(dtype)
+    return (out, state) if return_state else out

@@ -1,0 +1,110 @@
+"""The GPU fast path's adapter (fairseq_linattn/attention/ops/fla_kernels.py) on CPU, with fla-core's functions
+replaced by a stand-in of the same signatures and layouts computed by our references (tests/gpu/fake_fla.py):
+layouts, scales, states, continuation, decoding, FAVOR+'s decaying form and the fp32 normaliser are the
+adapter's, and they must give our ops' results. The real kernels: tests/gpu/test_cuda_fla.py."""
+import pytest
+import torch
+
+from fairseq_linattn.attention.ops import fla_kernels
+from tests.gpu.cases import CASES, make
+from tests.gpu.fake_fla import FAKE_FLA
+from tests.reference import assert_matches_reference, rel_diff
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    """fla-core's functions from the stand-in, dispatched to on CPU unless the mode is off."""
+    monkeypatch.setattr(fla_kernels, "_fla", FAKE_FLA)
+    monkeypatch.setattr(fla_kernels, "dispatches", lambda q, v, gated=(): fla_kernels._mode != "off")
+
+
+def both_paths(case, run):
+    """run(case) through the adapter and through our ops (fla off)."""
+    with fla_kernels.use_fla("all"):
+        ours = run(case)
+    with fla_kernels.use_fla("off"):
+        ref = run(case)
+    return ours, ref
+
+
+def assert_states_match(a, b, tolerance):
+    for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
+        assert_matches_reference(x, y, tolerance, "state")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_adapter_gives_our_ops_results(stand_in, name):
+    """Outputs, final states and gradients (q, k, v and the gates) from a random initial state, T not a multiple
+    of the chunk."""
+    g = torch.Generator().manual_seed(1)
+    case = make(name, 2, 2, 45, 8, torch.float32, "cpu", g)
+    state = case.initial_state(g)
+    (out, s), (ref, s_ref) = both_paths(case, lambda c: c.run(c.tensors, state, return_state=True))
+    assert_matches_reference(out, ref, 1e-5, "output")
+    assert_states_match(s, s_ref, 1e-5)
+    leaves = [t for t in case.tensors.values() if t.requires_grad]
+    grad = torch.randn_like(ref)
+    ours = torch.autograd.grad(out, leaves, grad, retain_graph=True)
+    theirs = torch.autograd.grad(ref, leaves, grad)
+    for a, b in zip(ours, theirs):
+        assert rel_diff(a, b) <= 1e-4
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_adapter_decodes_as_the_full_forward(stand_in, name):
+    """A prompt (chunked, returning the state) then one decoding step per token equals the full forward."""
+    case = make(name, 2, 2, 40, 8, torch.float32, "cpu", torch.Generator().manual_seed(2), grad=False)
+    with fla_kernels.use_fla("all"):
+        out, _ = case.decode(prompt=29)
+    with fla_kernels.use_fla("off"):
+        ref = case.run(case.tensors)
+    assert_matches_reference(out, ref, 1e-5, "decoded output")
+
+
+@pytest.mark.parametrize("name", ["elu", "favor", "gla"])
+def test_half_inputs_come_back_half_with_fp32_states(stand_in, name):
+    case = make(name, 1, 2, 33, 8, torch.bfloat16, "cpu", torch.Generator().manual_seed(3), grad=False)
+    (out, s), (ref, s_ref) = both_paths(case, lambda c: c.run(c.tensors, return_state=True))
+    assert out.dtype == torch.bfloat16
+    assert all(x.dtype == torch.float32 for x in (s if isinstance(s, tuple) else (s,)))
+    assert_matches_reference(out, ref, 1e-2, "bf16 output")
+
+
+def test_dispatch_needs_fla_cuda_and_the_mode(monkeypatch):
+    q = torch.randn(1, 2, 5, 8)
+    assert not fla_kernels.dispatches(q, q)  # CPU tensors never go to fla-core
+    monkeypatch.setenv(fla_kernels.ENV, "sometimes")
+    with pytest.raises(ValueError, match="FAIRSEQ_LINATTN_FLA"):
+        fla_kernels._mode_from_env()
+    with pytest.raises(ValueError, match="fla mode"):
+        with fla_kernels.use_fla("fast"):
+            pass
+
+
+def test_gated_backward_falls_back_where_fla_refuses_it(monkeypatch):
+    """fla-core 0.6.0 raises in the backward of its gated kernels on Hopper with Triton < 3.7.1: there, an op that
+    needs those gradients runs ours; without gradients (decoding, evaluation) it still takes fla-core's."""
+    monkeypatch.setattr(fla_kernels, "_fla", FAKE_FLA)
+    monkeypatch.setattr(fla_kernels, "GATED_BACKWARD_REFUSED", True)
+    q = torch.randn(1, 2, 5, 8, device="meta")
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    g = torch.randn(1, 2, 5, 1, requires_grad=True)
+    with fla_kernels.use_fla("auto"):
+        half = q.to(torch.bfloat16)
+        assert fla_kernels.dispatches(half, half)
+        assert not fla_kernels.dispatches(half, half, (g,))
+        with torch.no_grad():
+            assert fla_kernels.dispatches(half, half, (g,))
+    monkeypatch.setattr(fla_kernels, "GATED_BACKWARD_REFUSED", False)
+    assert fla_kernels.dispatches(half, half, (g,))
+
+
+def test_a_constant_decay_per_head_is_not_a_gated_one():
+    """RetNet's expanded buffer takes fla's head-wise decay (its own backward); padded (zeroed) steps or a decay that
+    needs gradients take the gated kernel."""
+    buffer = torch.randn(3).view(1, 3, 1, 1).expand(2, 3, 7, 1)
+    assert fla_kernels.constant_per_head(buffer) and fla_kernels.gated_backward_inputs(buffer) == ()
+    padded = buffer.masked_fill(torch.zeros(2, 1, 7, 1, dtype=torch.bool), 0.0)
+    assert not fla_kernels.constant_per_head(padded) and len(fla_kernels.gated_backward_inputs(padded)) == 1
+    per_channel = torch.randn(2, 3, 7, 4)
+    assert fla_kernels.gated_backward_inputs(per_channel) == ()
