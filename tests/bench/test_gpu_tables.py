@@ -1,0 +1,55 @@
+"""The GPU tables' script (scripts/bench_gpu.py) without a GPU: its --cpu-dry-run runs every table's code at the
+--quick sizes (fla-core's own calls left out) and writes each table's markdown, JSON and figure; --render draws a
+table again from the JSON a stopped run kept. Not a measurement: the numbers are a CPU's. On a GPU the script runs
+through scripts/gpu_run.sh."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from linattn_benchmarks.runner import ROOT
+
+SCRIPT = os.path.join(ROOT, "scripts", "bench_gpu.py")
+
+
+def run(*args):
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, SCRIPT, *args], capture_output=True, text=True, env=env, timeout=900,
+                          cwd=ROOT)
+
+
+@pytest.mark.slow
+def test_cpu_dry_run_writes_every_table_and_render_draws_it_again(tmp_path):
+    out = tmp_path / "results"
+    proc = run("--cpu-dry-run", "--out", str(out))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    for table in ("linformer", "ops", "lm_training", "decoding"):
+        data = json.loads((out / f"gpu_{table}.json").read_text())
+        assert data["table"] == table and data["device"].startswith("CPU dry run") and not data.get("partial")
+        assert "CPU dry run" in (out / f"gpu_{table}.md").read_text()
+        assert (out / f"gpu_{table}.png").stat().st_size > 10_000
+    lm = json.loads((out / "gpu_lm_training.json").read_text())
+    assert [p["n"] for p in lm["points"]] == [512, 1024]
+    assert all(p[c]["tokens_per_s"] > 0 for p in lm["points"] for c in lm["cases"])
+    ops = json.loads((out / "gpu_ops.json").read_text())
+    assert all("ms" in p["SDPA flash"] and "ms" in p[f"{c} ours"] for p in ops["points"] for c in ops["cases"])
+    decoding = json.loads((out / "gpu_decoding.json").read_text())
+    linear = [r for r in decoding["rows"] if r["case"] == "linear elu" and r["batch"] == 1]
+    assert len({r["cache_bytes_per_layer"] for r in linear}) == 1  # a state: one size at every position
+    # a stopped run's points, drawn again: the table says it was stopped
+    lm["partial"] = True
+    lm["points"] = lm["points"][:1]
+    (tmp_path / "stopped.json").write_text(json.dumps(lm))
+    proc = run("--render", str(tmp_path / "stopped.json"), "--out", str(tmp_path / "rendered"))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    markdown = (tmp_path / "rendered" / "gpu_lm_training.md").read_text()
+    assert "before it was stopped" in markdown and "| 512 |" in markdown and "| 1024 |" not in markdown
+
+
+@pytest.mark.slow
+def test_without_a_gpu_it_says_what_to_do():
+    proc = run("--tables", "ops")
+    assert proc.returncode == 2 and "error: no CUDA device" in proc.stderr and "--cpu-dry-run" in proc.stderr
+    proc = run("--tables", "ops,speed")
+    assert proc.returncode == 2 and "unknown table(s) speed" in proc.stderr
