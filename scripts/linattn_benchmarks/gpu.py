@@ -338,6 +338,9 @@ def lm_training(args, timer: Timer) -> Dict:
             r = timer.measure(case, step)
             if "ms" in r:
                 r["tokens_per_s"] = n / (r["ms"] / 1000)
+                if n in args.profile:
+                    r["profile"] = profile(step)
+                    print(f"lm n={n} {case}, where one update's time goes:\n{r['profile']}", flush=True)
             point[case] = r
             model = optimizer = None
             free()
@@ -345,6 +348,18 @@ def lm_training(args, timer: Timer) -> Dict:
         timer.checkpoint(lm_data(rows, args))
         print(f"lm n={n}: " + ", ".join(f"{c} {cell(point[c], 'tokens_per_s')} tok/s" for c in LM_CASES), flush=True)
     return lm_data(rows, args)
+
+
+def profile(step: Callable[[], object], rows: int = 15) -> str:
+    """The kernels one more call of ``step`` spends its time in (torch.profiler, by device time), as a table."""
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if DEVICE == "cuda":
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        step()
+        sync()
+    key = "cuda_time_total" if DEVICE == "cuda" else "cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=rows)
 
 
 def lm_data(rows: List[Dict], args) -> Dict:
@@ -539,6 +554,9 @@ def main(argv=None):
     parser.add_argument("--op-shape", type=ints, default=ints("8,16,64"), help="B,H,D of the ops table")
     parser.add_argument("--lengths-lm", type=ints, default=ints("2048,4096,8192,16384,32768"))
     parser.add_argument("--lm-shape", type=ints, default=ints("6,768,12"), help="layers,dim,heads")
+    parser.add_argument("--profile", type=ints, default=[],
+                        help="LM training: at these n, also profile one update of each model (torch.profiler's top "
+                             "kernels, printed and kept in the JSON)")
     parser.add_argument("--positions", type=ints, default=ints("1024,4096,16384,65536"))
     parser.add_argument("--batches", type=ints, default=ints("1,64"))
     parser.add_argument("--decode-shape", type=ints, default=ints("6,768,12"), help="layers,dim,heads")

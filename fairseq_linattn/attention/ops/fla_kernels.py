@@ -137,7 +137,8 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, state, eps: float, return_
     s0 = z0 = None
     if state is not None:
         s0, z0 = state[..., :d], state[..., d]  # B x H x M x D, B x H x M
-    q32, k32 = q.float(), k.float()
+    q32, k32 = q.float(), k.float()  # the normaliser's inputs (the kernel takes q and k as they come, if it can)
+    k_in = k
     log_decay = reference = None
     if key_log_scale is not None:  # keys against the running max of their log scales: a decaying state
         from .linear_attn.utils import finite
@@ -150,10 +151,10 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, state, eps: float, return_
         # <= 0, and no lower than -STEP_DECAY_FLOOR: fla sums the log decays along each chunk in fp32, and one huge
         # step (the first key after "no key yet", -1e37) would swallow every other step's decay in that sum
         log_decay = (previous - reference).clamp(min=-STEP_DECAY_FLOOR)
-        k32 = k32 * torch.exp(log_scale - reference).unsqueeze(-1)
+        k32 = k_in = k32 * torch.exp(log_scale - reference).unsqueeze(-1)
     run = _fla.fused_recurrent_simple_gla if recurrent else _fla.chunk_simple_gla
     numerator, s_final = run(
-        _btf(q32, kernel_dtype), _btf(k32, kernel_dtype), _btf(v, kernel_dtype),
+        _btf(q, kernel_dtype), _btf(k_in, kernel_dtype), _btf(v, kernel_dtype),
         g=None if log_decay is None else _btf(log_decay), scale=1.0, initial_state=_state(s0),
         output_final_state=return_state)
     if z0 is None:
@@ -166,8 +167,9 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, state, eps: float, return_
         from .gated_linear_attn import chunk_gated_linear_attention
 
         ones = k32.new_ones(*k32.shape[:-1], 1)
-        normaliser, z_final = chunk_gated_linear_attention(q32, k32, ones, log_decay.unsqueeze(-1),
-                                                           initial_state=z0.unsqueeze(-1), return_state=True)
+        with use_fla("off"):  # ours: one value column, fp32
+            normaliser, z_final = chunk_gated_linear_attention(q32, k32, ones, log_decay.unsqueeze(-1),
+                                                               initial_state=z0.unsqueeze(-1), return_state=True)
         z_final = z_final[..., 0]
     out = (_bhtf(numerator).float() / (normaliser + eps)).to(v.dtype)
     if not return_state:
