@@ -13,12 +13,13 @@ each run needed to first reach 90% on the headline shape are read from its valid
     python scripts/bench_recall.py                  # the default sweep (hours on 2 CPU cores: see its table)
     python scripts/bench_recall.py --models softmax,gated-delta   # some models; finished runs are not run again
 """
+import json
 import shutil
 import time
 import zlib
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_linattn.attention.recurrent_state import linear_attentions
 
@@ -89,11 +90,14 @@ SCALES = {
 class Recall:
     """The runs of one study, each trained once (cached by model, width, learning rate and seed)."""
 
-    def __init__(self, work: Path, scale: Scale):
-        self.work, self.s = work, scale
-        self.runs: Dict[tuple, Dict] = {}
+    def __init__(self, work: Path, scale: Scale, earlier: Sequence[Dict] = (), train_missing: bool = True):
+        self.work, self.s, self.train_missing = work, scale, train_missing
+        # runs of earlier results (--earlier), as finished: their logs may be on another machine
+        self.runs: Dict[tuple, Dict] = {(r["model"], r["width"], r["lr"], r["seed"]): r for r in earlier}
 
-    def train(self, model: str, width: int, lr: float, seed: int) -> Dict:
+    def train(self, model: str, width: int, lr: float, seed: int) -> Optional[Dict]:
+        """The run's results: cached, read back from its finished log, or trained (None: not there, and
+        ``train_missing`` is off)."""
         key = (model, width, lr, seed)
         if key in self.runs:
             return self.runs[key]
@@ -103,6 +107,8 @@ class Recall:
         log_path = self.work / "logs" / f"{tag}.log"
         if log_path.exists() and "done training" in log_path.read_text(errors="replace"):
             log = log_path.read_text(errors="replace")  # a run an earlier call of the study finished
+        elif not self.train_missing:
+            return None
         else:
             log = self.fairseq_train(model, width, lr, seed, ffn, log_path)
         curves = {split: accuracy_curve(log, split) for split in s.splits}
@@ -179,6 +185,12 @@ class RecallBenchmark(Study):
         parser.add_argument("--updates", type=positive_int, default=None, help="updates per run (default: the scale's)")
         parser.add_argument("--fresh", action="store_true", help="train every run again (default: a run whose log "
                             "says it finished is read back)")
+        parser.add_argument("--earlier", nargs="+", default=[], metavar="JSON",
+                            help="results of earlier calls (their recall.json): their runs count as finished, so that "
+                                 "sweeps run apart, on other machines too, make one table")
+        parser.add_argument("--no-train", action="store_true",
+                            help="train nothing: the table of the runs that are finished (logs, --earlier); a model "
+                                 "whose learning rates were not all tried shows what was")
 
     def scale(self, args) -> Scale:
         s = SCALES["quick" if args.quick else "default"]
@@ -203,16 +215,20 @@ class RecallBenchmark(Study):
         work = Path(args.work_dir) / f"{'quick' if args.quick else 'default'}-{zlib.crc32(repr(budget).encode()):08x}"
         if args.fresh:
             shutil.rmtree(work, ignore_errors=True)
-        study, started = Recall(work, s), time.time()
+        earlier = [run for path in args.earlier for run in earlier_runs(path)]
+        study, started = Recall(work, s, earlier, train_missing=not args.no_train), time.time()
         out = data.setdefault("study", {"scale": asdict(s), "lr_search": {}, "runs": []})
         for model in s.models:  # the learning rate, at one width and seed 1
-            tried = {lr: study.train(model, s.lr_width, lr, s.seeds[0])["accuracy"][s.headline] for lr in s.lrs}
+            runs = {lr: study.train(model, s.lr_width, lr, s.seeds[0]) for lr in s.lrs}
+            tried = {lr: run["accuracy"][s.headline] for lr, run in runs.items() if run is not None}
+            if not tried:
+                continue
             best = max(tried, key=lambda lr: (tried[lr], -lr))  # ties: the smaller rate
             out["lr_search"][model] = {"tried": {f"{lr:g}": acc for lr, acc in tried.items()}, "best": best}
             for width in s.widths:
                 for seed in s.seeds:
                     study.train(model, width, best, seed)
-        out["runs"] = list(study.runs.values())
+        out["runs"] = [run for run in study.runs.values() if run["model"] in out["lr_search"]]
         out["total_s"] = round(time.time() - started, 1)
         data["results"] = [{"case": model} for model in s.models]
 
@@ -234,7 +250,7 @@ class RecallBenchmark(Study):
                  f"finished are read back).", "",
                  "**Learning rates** (accuracy on " + s.headline + f" at d_model {s.lr_width}, seed {s.seeds[0]}):", "",
                  md_table(["model", *[f"lr {lr:g}" for lr in s.lrs], "best"],
-                          [[m, *[f"{r['tried'].get(f'{lr:g}', float('nan')):.3f}" for lr in s.lrs], f"{r['best']:g}"]
+                          [[m, *[tried_cell(r["tried"], lr) for lr in s.lrs], f"{r['best']:g}"]
                            for m, r in study["lr_search"].items()]), ""]
         headers = ["model", "d_model", "parameters", *s.splits, "updates to 90%", "s / update"]
         rows = []
@@ -273,6 +289,15 @@ class RecallBenchmark(Study):
         axes[0][-1].legend(fontsize=7)
         fig.tight_layout()
         return titled(fig, "MQAR accuracy by width", data)
+
+
+def tried_cell(tried: Dict[str, float], lr: float) -> str:
+    return f"{tried[f'{lr:g}']:.3f}" if f"{lr:g}" in tried else "–"
+
+
+def earlier_runs(path: str) -> List[Dict]:
+    with open(path) as f:
+        return json.load(f)["study"]["runs"]
 
 
 def spread(values: List[float]) -> str:

@@ -67,3 +67,16 @@ def test_quick_run_writes_the_tables_and_reads_finished_runs_back(tmp_path):
     # every run read back from its log, none trained again
     assert {path: path.stat().st_mtime_ns for path in (tmp_path / "work").rglob("*.log")} == logs
     assert json.loads((tmp_path / "recall.json").read_text())["study"]["runs"] == study["runs"]
+    # the same runs from their results alone (other machines' sweeps), with a rate nobody tried: nothing is trained,
+    # the untried rate shows as such
+    elsewhere = tmp_path / "elsewhere"
+    merged = subprocess.run([*command[:2], "--quick", "--out", str(elsewhere), "--work-dir", str(elsewhere / "work"),
+                             "--earlier", str(tmp_path / "recall.json"), "--no-train",
+                             "--lrs", ",".join(f"{lr:g}" for lr in (*quick.lrs, 0.0123))],
+                            capture_output=True, text=True, env=env, timeout=900)
+    assert merged.returncode == 0, merged.stdout[-3000:] + merged.stderr[-3000:]
+    assert not list((elsewhere / "work").rglob("*.log"))
+    again_study = json.loads((elsewhere / "recall.json").read_text())["study"]
+    assert again_study["runs"] == study["runs"]
+    assert "| lr 0.0123 |" in (elsewhere / "recall.md").read_text().replace(" | best", "")
+    assert all("0.0123" not in r["tried"] for r in again_study["lr_search"].values())
