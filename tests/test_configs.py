@@ -7,6 +7,8 @@ import pytest
 from fairseq.models import ARCH_MODEL_REGISTRY
 from omegaconf import OmegaConf
 
+from fairseq_linattn.attention.options import LINEAR_ATTENTION_CHOICES
+
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fairseq_linattn", "config")
 FAIRSEQ_ROBERTA = os.path.join(os.path.dirname(fairseq.__file__), "examples", "roberta", "config")
 GLUE_TASKS = ["cola", "mnli", "mrpc", "qnli", "qqp", "rte", "sst_2", "sts_b"]
@@ -52,6 +54,8 @@ def test_translation_config_names_a_registered_arch_and_valid_options():
     ours = load(os.path.join(CONFIG_DIR, "translation", "linear_transformer_iwslt_de_en.yaml"))
     assert ours["model"]["_name"] == "linear_transformer_iwslt_de_en" and ours["model"]["_name"] in ARCH_MODEL_REGISTRY
     assert ours["task"]["_name"] == "translation" and ours["model"]["cross_attention"] in ("kernel", "softmax")
+    assert ours["model"]["encoder_attention"] in ("kernel", "softmax")
+    assert ours["model"]["linear_attention"] in LINEAR_ATTENTION_CHOICES
     assert ours["criterion"]["_name"] == "label_smoothed_cross_entropy"
 
 

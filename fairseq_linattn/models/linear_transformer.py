@@ -1,11 +1,16 @@
-"""``linear_transformer``: fairseq's translation transformer with kernelized linear attention everywhere.
+"""``linear_transformer``: fairseq's translation transformer with linear attention, chosen per role.
 
-* encoder self-attention: non-causal kernel attention (padding exact);
-* decoder self-attention: causal kernel attention, chunked in training, an RNN when generating (its state
-  (S, z) per layer and hypothesis in ``incremental_state``);
-* encoder-decoder attention: kernel attention over the encoder output, whose summary (S, z) is computed once
-  per source sentence and kept in ``incremental_state`` (:class:`..attention.KernelCrossAttention`), or
-  fairseq's softmax ``MultiheadAttention`` with ``--cross-attention softmax``.
+* encoder self-attention (``--encoder-attention``): non-causal kernel attention (padding exact), or fairseq's own
+  softmax encoder layer (``softmax``);
+* decoder self-attention (``--linear-attention``): causal kernel attention, or any causal mechanism of
+  ``linear_transformer_lm`` (retention, gla, delta, gated-delta, ... with its short convolution and output gate),
+  chunked in training, an RNN when generating (its state per layer and hypothesis in ``incremental_state``);
+* encoder-decoder attention (``--cross-attention``): kernel attention over the encoder output, whose summary (S, z)
+  is computed once per source sentence and kept in ``incremental_state`` (:class:`..attention.KernelCrossAttention`),
+  or fairseq's softmax ``MultiheadAttention`` (``softmax``).
+
+``--feature-map`` (and the FAVOR+ options) are kernel attention's, wherever it is used: the decoder's with
+``--linear-attention kernel``, the encoder's and the cross-attention's with ``kernel``.
 
 A decoding step therefore costs the same whatever the source and target lengths, and a beam hypothesis
 carries a fixed-size state instead of growing key/value caches. Everything else (embeddings, layers,
@@ -14,20 +19,26 @@ mirror fairseq's sizes: ``linear_transformer``, ``linear_transformer_iwslt_de_en
 (and the other ``transformer_*`` sizes under the same prefix).
 """
 from argparse import Namespace
+from dataclasses import replace
+from typing import Tuple
 
 from fairseq.models import register_model
-from fairseq.models.transformer import TransformerConfig, TransformerModel
+from fairseq.models.transformer import TransformerConfig, TransformerEncoder, TransformerModel
 from fairseq.models.transformer import transformer_legacy as fairseq_transformer
 from omegaconf import OmegaConf
 
 from ..attention import KernelOptions, LayerShape, build_attention, option
-from ..attention.options import KERNEL_ATTENTION
+from ..attention.decay_init import DEFAULT_DECAY_INIT
+from ..attention.kernel import KernelAttention
+from ..attention.options import ALIASES, KERNEL_ATTENTION
 from .archs import register_archs
 from .layers import DecoderLayer, SwappedAttentionDecoder, SwappedAttentionEncoder, wrap_layer
 from .plugin_model import PluginModel
 
 CROSS_ATTENTIONS = ("kernel", "softmax")
 DEFAULT_CROSS_ATTENTION = "kernel"
+ENCODER_ATTENTIONS = ("kernel", "softmax")
+DEFAULT_ENCODER_ATTENTION = "kernel"
 # fairseq's transformer sizes: transformer_<size> is linear_transformer_<size> (register_archs)
 SIZES = {"": fairseq_transformer.base_architecture, "tiny": fairseq_transformer.tiny_architecture,
          **{size: getattr(fairseq_transformer, f"transformer_{size}") for size in (
@@ -36,11 +47,13 @@ SIZES = {"": fairseq_transformer.base_architecture, "tiny": fairseq_transformer.
 
 
 def set_defaults(args):
-    """The kernel options' and ``--cross-attention``'s defaults where ``args`` has none (arch functions, and
-    configs that name no arch)."""
+    """The kernel options', ``--encoder-attention``'s and ``--cross-attention``'s defaults where ``args`` has none
+    (arch functions, and configs that name no arch)."""
     KernelOptions.set_defaults(args)
     if option(args, "cross_attention") is None:
         args.cross_attention = DEFAULT_CROSS_ATTENTION
+    if option(args, "encoder_attention") is None:
+        args.encoder_attention = DEFAULT_ENCODER_ATTENTION
 
 
 def cross_attention_kind(args) -> str:
@@ -50,10 +63,41 @@ def cross_attention_kind(args) -> str:
     return kind
 
 
+def encoder_attention_kind(args) -> str:
+    kind = option(args, "encoder_attention", DEFAULT_ENCODER_ATTENTION)
+    if kind not in ENCODER_ATTENTIONS:
+        raise ValueError(f"--encoder-attention {kind!r} is unknown: choose one of {', '.join(ENCODER_ATTENTIONS)}")
+    return kind
+
+
+def attention_roles(args) -> Tuple[KernelOptions, KernelOptions]:
+    """(the decoder self-attention's options, kernel attention's options for the encoder and the cross-attention),
+    each checked. ``--linear-attention`` is the decoder's alone; ``--feature-map`` belongs to whichever roles use
+    kernel attention, and is refused where none does."""
+    flags = KernelOptions.flag_values(args)
+    mechanism = ALIASES.get(flags["linear_attention"], flags["linear_attention"])
+    kernel_roles = [role for role, kind in (("the decoder", KERNEL_ATTENTION if mechanism == KERNEL_ATTENTION else None),
+                                            ("the encoder", encoder_attention_kind(args)),
+                                            ("the cross-attention", cross_attention_kind(args))) if kind == "kernel"]
+    feature_map = flags["feature_map"]
+    if feature_map != KernelAttention.DEFAULT_FEATURE_MAP and not kernel_roles:
+        raise ValueError(f"--feature-map {feature_map} is kernel attention's, and no role uses it here (--linear-attention "
+                         f"{mechanism}, --encoder-attention softmax, --cross-attention softmax): drop --feature-map")
+    self_attention = KernelOptions(**{**flags, "feature_map": feature_map if mechanism == KERNEL_ATTENTION
+                                      else KernelAttention.DEFAULT_FEATURE_MAP}).checked()
+    kernel = replace(self_attention, linear_attention=KERNEL_ATTENTION, feature_map=feature_map,
+                     decay_init=DEFAULT_DECAY_INIT).checked()
+    return self_attention, kernel
+
+
 class LinearTransformerEncoder(SwappedAttentionEncoder):
     """fairseq's TransformerEncoder with non-causal kernel self-attention."""
 
     options_class = KernelOptions
+
+    @classmethod
+    def checked_options(cls, args):
+        return attention_roles(args)[1]
 
 
 class CrossAttendingDecoderLayer(DecoderLayer):
@@ -71,23 +115,21 @@ class CrossAttendingDecoderLayer(DecoderLayer):
 
 
 class LinearTransformerTranslationDecoder(SwappedAttentionDecoder):
-    """fairseq's TransformerDecoder (with encoder attention) whose self-attention is causal kernel attention."""
+    """fairseq's TransformerDecoder (with encoder attention) whose self-attention is ``--linear-attention``'s
+    mechanism, and whose attention over the source is kernel attention unless ``--cross-attention softmax``."""
 
     options_class = KernelOptions
     no_encoder_attn = False
 
     @classmethod
     def checked_options(cls, args):
-        # the encoder is built from the same options and attends both ways: only kernel attention can be both
-        options = super().checked_options(args)
-        if options.linear_attention != KERNEL_ATTENTION:
-            raise ValueError(f"linear_transformer uses kernel attention in its encoder and decoder: --linear-attention "
-                             f"{options.linear_attention} is a causal mechanism for linear_transformer_lm; drop "
-                             f"--linear-attention (or pass {KERNEL_ATTENTION})")
-        return options
+        """Every role's options are checked here (the command line's start-up checks call this): the decoder's
+        self-attention options are the stack's."""
+        return attention_roles(args)[0]
 
     def __init__(self, args, dictionary, embed_tokens):
         self.cross_attention = cross_attention_kind(args)
+        self.cross_options = attention_roles(args)[1]
         super().__init__(args, dictionary, embed_tokens)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
@@ -96,7 +138,7 @@ class LinearTransformerTranslationDecoder(SwappedAttentionDecoder):
         self_attn = self.next_attention(cfg, causal=True)
         encoder_attn = None
         if self.cross_attention == "kernel":
-            encoder_attn = build_attention(self.attention_options, index, LayerShape.encoder_attention(cfg))
+            encoder_attn = build_attention(self.cross_options, index, LayerShape.encoder_attention(cfg))
         return wrap_layer(CrossAttendingDecoderLayer(cfg, self_attn, encoder_attn), cfg)
 
 
@@ -110,13 +152,21 @@ class LinearTransformerModel(PluginModel, TransformerModel):
 
     @classmethod
     def identity(cls, cfg):
-        return {**super().identity(cfg), "--encoder-attention-heads": int(option(cfg, "encoder_attention_heads", 0)),
+        self_attention, kernel = attention_roles(cfg)
+        return {**self_attention.identity(), "--feature-map": kernel.feature_map,
+                "--decoder-attention-heads": int(option(cfg, "decoder_attention_heads", 0)),
+                "--encoder-attention-heads": int(option(cfg, "encoder_attention_heads", 0)),
+                "--encoder-attention": option(cfg, "encoder_attention", DEFAULT_ENCODER_ATTENTION),
                 "--cross-attention": option(cfg, "cross_attention", DEFAULT_CROSS_ATTENTION)}
 
     @classmethod
     def add_args(cls, parser):
         TransformerModel.add_args(parser)
         KernelOptions.add_args(parser, causal=True)
+        parser.add_argument("--encoder-attention", choices=ENCODER_ATTENTIONS,
+                            help="the encoder's self-attention: kernel (--feature-map's, bidirectional) or fairseq's "
+                                 f"softmax encoder layer (default {DEFAULT_ENCODER_ATTENTION}); --linear-attention is "
+                                 "the decoder's self-attention")
         parser.add_argument("--cross-attention", choices=CROSS_ATTENTIONS,
                             help="the decoder's attention over the source: kernel (a fixed-size summary per "
                                  "sentence, constant cost per step) or fairseq's softmax MultiheadAttention "
@@ -129,11 +179,13 @@ class LinearTransformerModel(PluginModel, TransformerModel):
             # DictConfig's (fairseq-hydra-train, checkpoints): hand it a Namespace
             args = Namespace(**OmegaConf.to_container(args, resolve=True))
         set_defaults(args)
-        cross_attention_kind(args)  # refuses an unknown value before anything is built
+        attention_roles(args)  # refuses an unknown value or a misplaced option before anything is built
         return super().build_model(args, task)
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
+        if encoder_attention_kind(args) == "softmax":
+            return TransformerEncoder(args, src_dict, embed_tokens)  # fairseq's own
         return LinearTransformerEncoder(args, src_dict, embed_tokens)
 
     @classmethod

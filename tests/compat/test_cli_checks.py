@@ -36,13 +36,18 @@ def test_our_attention_options_are_checked_when_the_command_line_is_parsed(monke
     assert line.startswith("fairseq-train: error: ") and message in line, line
 
 
-@pytest.mark.parametrize("mechanism", ["softmax", "gated-delta"])
-def test_translation_refuses_a_causal_only_mechanism_at_start_up(monkeypatch, capsys, tmp_path, mechanism):
-    """linear_transformer's encoder is built from the same options: a causal-only --linear-attention failed there,
-    with a traceback, after the data was loaded."""
+@pytest.mark.parametrize("flags,message", [
+    (["--linear-attention", "gated-delta", "--encoder-attention", "softmax", "--cross-attention", "softmax",
+      "--feature-map", "relu"], "--feature-map relu is kernel attention's, and no role uses it here"),
+    (["--decay-init", "long"], "--decay-init long only applies to Mamba-2's decay"),
+    (["--encoder-attention", "linformer"], "argument --encoder-attention: invalid choice: 'linformer'"),
+])
+def test_translation_roles_are_checked_at_start_up(monkeypatch, capsys, tmp_path, flags, message):
+    """linear_transformer takes its attention per role (--encoder-attention, --linear-attention for the decoder,
+    --cross-attention): an option no role uses, or one the decoder's mechanism does not have, is one line."""
     line = parse_error(monkeypatch, capsys, options.get_training_parser, "fairseq-train", str(tmp_path), "--task",
-                       "translation", "--arch", "linear_transformer_tiny", "--linear-attention", mechanism)
-    assert line.startswith("fairseq-train: error: linear_transformer uses kernel attention") and mechanism in line, line
+                       "translation", "--arch", "linear_transformer_tiny", *flags)
+    assert line.startswith("fairseq-train: error: ") and message in line, line
 
 
 def test_beam_0_and_a_context_window_as_long_as_a_sample(monkeypatch, capsys, tmp_path):

@@ -110,6 +110,17 @@ def test_softmax_cross_attention_option(catalog_data, tmp_path):
         "--gen-subset", "valid", "--beam", "5", "--batch-size", "16", "--cpu", "--max-len-b", "10")
 
 
+def test_softmax_encoder_and_a_gated_delta_decoder(catalog_data, tmp_path):
+    """Attention per role through the command lines: fairseq's encoder layer, gated-delta decoding as an RNN with
+    beam search, kernel attention over the source."""
+    log = run("fairseq-train", catalog_data, "--user-dir", USER_DIR, *TRAIN, "--max-update", "2", "--save-dir",
+              tmp_path, "--encoder-attention", "softmax", "--linear-attention", "gated-delta")
+    assert "(self_attn): GatedDeltaNetAttention(" in log and "KernelCrossAttention" in log, log[-3000:]
+    out = run("fairseq-generate", catalog_data, "--user-dir", USER_DIR, "--path", tmp_path / "checkpoint_last.pt",
+              "--gen-subset", "valid", "--beam", "5", "--batch-size", "16", "--cpu", "--max-len-b", "10")
+    assert "BLEU" in out
+
+
 def test_bad_cross_attention_is_refused_at_start_up(catalog_data, tmp_path):
     log = run("fairseq-train", catalog_data, "--user-dir", USER_DIR, *TRAIN, "--max-update", "1", "--save-dir",
               tmp_path, "--cross-attention", "linformer", check=False)

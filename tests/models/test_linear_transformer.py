@@ -8,8 +8,11 @@ from fairseq.modules import MultiheadAttention
 from fairseq.sequence_generator import SequenceGenerator
 
 from fairseq_linattn.attention import KernelAttention, KernelCrossAttention
+from fairseq_linattn.attention.causal_softmax import CausalSoftmaxAttention
+from fairseq_linattn.attention.feature_maps import FEATURE_MAPS
 from fairseq_linattn.attention.ops.linear_attn import linear_attention_reference
 from fairseq_linattn.attention.ops.linear_attn.bidirectional import attend_to_summary, summarise
+from fairseq_linattn.attention.recurrent_state import linear_attentions
 
 from .builders import build
 
@@ -155,3 +158,75 @@ def test_fairseqs_beam_search_scores_equal_the_parallel_forward():
                 logits, _ = model(src[i : i + 1], lengths[i : i + 1], prev)
                 log_probs = torch.log_softmax(logits.float(), -1)[0].gather(-1, target[:, None])[:, 0]
             torch.testing.assert_close(hypo["positional_scores"], log_probs, atol=1e-4, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------- attention per role
+ROLES = {
+    "gated-delta decoder": dict(linear_attention="gated-delta"),
+    "softmax encoder, gated-delta decoder, kernel cross": dict(encoder_attention="softmax",
+                                                               linear_attention="gated-delta"),
+    "softmax encoder, gated-delta decoder, softmax cross": dict(encoder_attention="softmax",
+                                                                linear_attention="gated-delta", cross_attention="softmax"),
+    "softmax encoder, retention decoder, relu cross": dict(encoder_attention="softmax", linear_attention="retention",
+                                                           feature_map="relu"),
+    "softmax decoder": dict(linear_attention="softmax"),
+}
+
+
+@pytest.mark.parametrize("roles", list(ROLES.values()), ids=list(ROLES))
+def test_each_role_gets_its_own_attention(roles):
+    model, _ = translation_model(**roles)
+    decoder_self = [layer.self_attn for layer in model.decoder.layers]
+    mechanism = roles.get("linear_attention", "kernel")
+    expected = {"kernel": KernelAttention, "softmax": CausalSoftmaxAttention}.get(mechanism)
+    assert all(type(attn) is (expected or linear_attentions()[mechanism]) for attn in decoder_self)
+    encoder_self = [layer.self_attn for layer in model.encoder.layers]
+    if roles.get("encoder_attention") == "softmax":
+        assert all(type(attn) is MultiheadAttention for attn in encoder_self)  # fairseq's own layer
+    else:
+        assert all(isinstance(attn, KernelAttention) and not attn.causal for attn in encoder_self)
+    cross = [layer.encoder_attn for layer in model.decoder.layers]
+    if roles.get("cross_attention") == "softmax":
+        assert all(type(attn) is MultiheadAttention for attn in cross)
+    else:
+        assert all(isinstance(attn, KernelCrossAttention) for attn in cross)
+        expected_map = FEATURE_MAPS[roles.get("feature_map", "elu")]
+        assert all(type(attn.feature_map) is expected_map for attn in cross)
+
+
+@pytest.mark.parametrize("roles", list(ROLES.values()), ids=list(ROLES))
+def test_every_role_layout_decodes_as_its_parallel_forward_with_beam_reordering(roles):
+    """Target padding exact, the incremental (RNN) decoder equal to the parallel forward, beams reordered
+    mid-sentence, and fairseq's beam search scoring its hypotheses as the parallel forward does."""
+    model, task = translation_model(**roles)
+    src, lengths = source_batch(task, lengths=(9, 4))
+    prev = torch.randint(4, len(task.dictionary) - 1, (4, 8))
+    prev[:, 0] = task.dictionary.eos()
+    new_order = torch.tensor([1, 1, 3, 2])
+    with torch.no_grad():
+        encoder_out = model.encoder.reorder_encoder_out(model.encoder(src, src_lengths=lengths),
+                                                        torch.tensor([0, 0, 1, 1]))
+        reordered, prev_reordered = decode_incrementally(model, encoder_out, prev, reorder_at=4, new_order=new_order)
+        full, _ = model.decoder(prev_reordered, encoder_out=model.encoder.reorder_encoder_out(encoder_out, new_order))
+    torch.testing.assert_close(reordered, full, atol=1e-5, rtol=1e-4)
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=10, min_len=2)
+    with torch.no_grad():
+        hypotheses = generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
+    eos = task.dictionary.eos()
+    for i, beams in enumerate(hypotheses):
+        for hypo in beams:
+            target = hypo["tokens"]
+            prev = torch.cat([target.new_tensor([eos]), target[:-1]])[None]
+            with torch.no_grad():
+                logits, _ = model(src[i : i + 1], lengths[i : i + 1], prev)
+                log_probs = torch.log_softmax(logits.float(), -1)[0].gather(-1, target[:, None])[:, 0]
+            torch.testing.assert_close(hypo["positional_scores"], log_probs, atol=1e-4, rtol=1e-4)
+
+
+def test_the_roles_are_part_of_the_checkpoints_identity():
+    from fairseq_linattn.models.linear_transformer import LinearTransformerModel
+
+    model, _ = translation_model(encoder_attention="softmax", linear_attention="gated-delta")
+    identity = LinearTransformerModel.identity(model.cfg if hasattr(model, "cfg") else model.args)
+    assert identity["--encoder-attention"] == "softmax" and identity["--linear-attention"] == "gated-delta"
+    assert identity["--cross-attention"] == "kernel" and identity["--feature-map"] == "elu"
