@@ -145,12 +145,18 @@ def test_summary_is_kept_in_the_incremental_state():
 def test_fairseqs_beam_search_scores_equal_the_parallel_forward():
     model, task = translation_model()
     src, lengths = source_batch(task)
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=5, max_len_b=12, min_len=2)
+    assert_beam_search_scores_equal_the_parallel_forward(model, task, src, lengths, beam=5, max_len_b=12)
+
+
+def assert_beam_search_scores_equal_the_parallel_forward(model, task, src, lengths, beam, max_len_b):
+    """fairseq's SequenceGenerator (the incremental decoder, beams reordered at every step) scores each hypothesis
+    token as the parallel forward of the whole hypothesis does."""
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_b=max_len_b, min_len=2)
     with torch.no_grad():
         hypotheses = generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
     eos = task.dictionary.eos()
     for i, beams in enumerate(hypotheses):
-        assert len(beams) == 5
+        assert len(beams) == beam
         for hypo in beams:
             target = hypo["tokens"]
             prev = torch.cat([target.new_tensor([eos]), target[:-1]])[None]
@@ -209,18 +215,7 @@ def test_every_role_layout_decodes_as_its_parallel_forward_with_beam_reordering(
         reordered, prev_reordered = decode_incrementally(model, encoder_out, prev, reorder_at=4, new_order=new_order)
         full, _ = model.decoder(prev_reordered, encoder_out=model.encoder.reorder_encoder_out(encoder_out, new_order))
     torch.testing.assert_close(reordered, full, atol=1e-5, rtol=1e-4)
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=10, min_len=2)
-    with torch.no_grad():
-        hypotheses = generator.forward({"net_input": {"src_tokens": src, "src_lengths": lengths}})
-    eos = task.dictionary.eos()
-    for i, beams in enumerate(hypotheses):
-        for hypo in beams:
-            target = hypo["tokens"]
-            prev = torch.cat([target.new_tensor([eos]), target[:-1]])[None]
-            with torch.no_grad():
-                logits, _ = model(src[i : i + 1], lengths[i : i + 1], prev)
-                log_probs = torch.log_softmax(logits.float(), -1)[0].gather(-1, target[:, None])[:, 0]
-            torch.testing.assert_close(hypo["positional_scores"], log_probs, atol=1e-4, rtol=1e-4)
+    assert_beam_search_scores_equal_the_parallel_forward(model, task, src, lengths, beam=3, max_len_b=10)
 
 
 def test_the_roles_are_part_of_the_checkpoints_identity():
