@@ -112,8 +112,16 @@ def test_incremental_decoding_equals_the_parallel_forward(cross_attention, featu
 def test_summary_is_computed_once_and_reordered_with_the_beams(new_order):
     """Two sentences, two beams each; beam search reorders within a sentence or drops a finished one."""
     model, task = translation_model()
+    assert_beams_reordered_mid_sentence_decode_as_the_parallel_forward(model, task, new_order)
+
+
+def assert_beams_reordered_mid_sentence_decode_as_the_parallel_forward(model, task, new_order, eos_first=False):
+    """Two sentences, two beams each, decoded token by token and reordered at step 4 (``new_order``), against the
+    parallel forward of the reordered targets."""
     src, lengths = source_batch(task, lengths=(9, 4))
     prev = torch.randint(4, len(task.dictionary) - 1, (4, 8))
+    if eos_first:
+        prev[:, 0] = task.dictionary.eos()
     new_order = torch.tensor(new_order)
     with torch.no_grad():
         encoder_out = model.encoder.reorder_encoder_out(model.encoder(src, src_lengths=lengths),
@@ -121,6 +129,7 @@ def test_summary_is_computed_once_and_reordered_with_the_beams(new_order):
         reordered, prev_reordered = decode_incrementally(model, encoder_out, prev, reorder_at=4, new_order=new_order)
         full, _ = model.decoder(prev_reordered, encoder_out=model.encoder.reorder_encoder_out(encoder_out, new_order))
     torch.testing.assert_close(reordered, full, atol=1e-5, rtol=1e-4)
+    return src, lengths
 
 
 def test_summary_is_kept_in_the_incremental_state():
@@ -205,16 +214,8 @@ def test_every_role_layout_decodes_as_its_parallel_forward_with_beam_reordering(
     """Target padding exact, the incremental (RNN) decoder equal to the parallel forward, beams reordered
     mid-sentence, and fairseq's beam search scoring its hypotheses as the parallel forward does."""
     model, task = translation_model(**roles)
-    src, lengths = source_batch(task, lengths=(9, 4))
-    prev = torch.randint(4, len(task.dictionary) - 1, (4, 8))
-    prev[:, 0] = task.dictionary.eos()
-    new_order = torch.tensor([1, 1, 3, 2])
-    with torch.no_grad():
-        encoder_out = model.encoder.reorder_encoder_out(model.encoder(src, src_lengths=lengths),
-                                                        torch.tensor([0, 0, 1, 1]))
-        reordered, prev_reordered = decode_incrementally(model, encoder_out, prev, reorder_at=4, new_order=new_order)
-        full, _ = model.decoder(prev_reordered, encoder_out=model.encoder.reorder_encoder_out(encoder_out, new_order))
-    torch.testing.assert_close(reordered, full, atol=1e-5, rtol=1e-4)
+    src, lengths = assert_beams_reordered_mid_sentence_decode_as_the_parallel_forward(model, task, [1, 1, 3, 2],
+                                                                                      eos_first=True)
     assert_beam_search_scores_equal_the_parallel_forward(model, task, src, lengths, beam=3, max_len_b=10)
 
 
