@@ -1,8 +1,10 @@
-"""Translation side by side: fairseq's softmax ``transformer`` and our ``linear_transformer`` on real text.
+"""Translation side by side: fairseq's softmax ``transformer`` and ``linear_transformer``'s configurations (its
+attention per role, ``--models``) on real text.
 
-Both are trained through ``fairseq-train --task translation`` on the English -> German message catalogs of
+Every model is trained through ``fairseq-train --task translation`` on the English -> German message catalogs of
 the machine (:mod:`fairseq_linattn.data.catalogs`, no download) with the same sizes, data, updates, batch,
-learning-rate schedule and seed; only the attention differs. Then:
+learning-rate schedule and seed, and the same parameter count (:func:`equal_decoder_ffn`); only the attention
+differs. Then:
 
 * **quality**: ``fairseq-generate --beam 5`` on the test split, detokenised (sentencepiece), scored by
   sacrebleu's own command line against the raw references: BLEU and chrF with their signatures;
@@ -14,6 +16,7 @@ learning-rate schedule and seed; only the attention differs. Then:
 
     python scripts/bench_translation.py --quick   # seconds-scale smoke run on the system catalogs (CI: a test)
     python scripts/bench_translation.py           # the default scale (about 30 minutes on 2 CPU cores)
+    python scripts/bench_translation.py --models softmax,softmax-enc+gated-delta   # linear_transformer's roles
 """
 import json
 import re
@@ -30,11 +33,28 @@ from fairseq_linattn.data.translation_data import prepare_translation_data
 from .fairseq_runs import BIN, USER_DIR, fairseq, parameter_count, say, seconds_per_update, train_seconds, valid_curve
 from .machine import machine_line
 from .report import curve_axes, log_axes, md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point
+from .runner import ROOT, Study, entry_point, names_among
 
-MODELS = {"transformer (softmax)": ("transformer", []),
-          "linear_transformer (elu+1, kernel cross-attention)": ("linear_transformer", [])}
-SOFTMAX, LINEAR = list(MODELS)
+# name -> (arch, its attention per role): the softmax baseline, then linear_transformer's configurations
+MODELS = {
+    "softmax": ("transformer", []),
+    "elu": ("linear_transformer", []),  # kernel attention (elu+1) everywhere, kernel cross-attention
+    "gated-delta": ("linear_transformer", ["--linear-attention", "gated-delta"]),
+    "softmax-enc+gated-delta": ("linear_transformer", ["--encoder-attention", "softmax", "--linear-attention",
+                                                       "gated-delta"]),
+    "softmax-enc+gated-delta+softmax-cross": ("linear_transformer", ["--encoder-attention", "softmax",
+                                                                     "--linear-attention", "gated-delta",
+                                                                     "--cross-attention", "softmax"]),
+}
+DESCRIPTIONS = {
+    "softmax": "fairseq's transformer: softmax everywhere",
+    "elu": "kernel attention (elu+1) in the encoder, the decoder and over the source",
+    "gated-delta": "kernel encoder, gated-delta decoder, kernel cross-attention",
+    "softmax-enc+gated-delta": "softmax encoder, gated-delta decoder, kernel cross-attention",
+    "softmax-enc+gated-delta+softmax-cross": "softmax encoder, gated-delta decoder, softmax cross-attention",
+}
+SOFTMAX, LINEAR = "softmax", "elu"
+DEFAULT_MODELS = (SOFTMAX, LINEAR)
 
 
 @dataclass(frozen=True)
@@ -82,6 +102,9 @@ class TranslationBenchmark(Study):
 
     def add_args(self, parser):
         parser.add_argument("--scale", choices=sorted(set(SCALES) - {"quick"}), default="default")
+        parser.add_argument("--models", type=names_among(MODELS), default=list(DEFAULT_MODELS),
+                            help=f"comma-separated, softmax first for the ratios: {', '.join(MODELS)} (default "
+                                 f"{','.join(DEFAULT_MODELS)})")
         parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "translation"),
                             help="data, checkpoints and logs (results go to --out)")
         parser.add_argument("--locale-dir", action="append",
@@ -99,40 +122,42 @@ class TranslationBenchmark(Study):
                                                 min_pairs=scale.min_pairs)
         say(f"data: {out['pairs']}", "translation")
         out["models"] = {}
-        for name, (arch, extra) in MODELS.items():
+        models = [SOFTMAX] + [m for m in args.models if m != SOFTMAX]  # the baseline always, first
+        for name in models:
+            arch, extra = MODELS[name]
             out["models"][name] = self.train_and_score(work, data_bin, scale, name, arch, extra)
         out["speed_at_length"] = speed_at_length(
-            {name: work / "checkpoints" / arch / "checkpoint_best.pt" for name, (arch, _) in MODELS.items()},
-            data_bin, scale)
+            {name: work / "checkpoints" / name / "checkpoint_best.pt" for name in models}, data_bin, scale)
         out["total_s"] = round(time.time() - started, 1)
         data["results"] = [{"case": name} for name in out["models"]]
 
     def train_and_score(self, work: Path, data_bin: Path, s: Scale, name: str, arch: str, extra: List) -> Dict:
-        save = work / "checkpoints" / arch
+        save = work / "checkpoints" / name
         every = max(1, s.updates // s.validations)
+        decoder_ffn = equal_decoder_ffn(extra, s)
         log = fairseq("fairseq-train", data_bin, "--user-dir", USER_DIR, *TRAIN, "--arch", arch, *extra,
                       "--encoder-layers", s.layers, "--decoder-layers", s.layers, "--encoder-embed-dim", s.dim,
-                      "--decoder-embed-dim", s.dim, "--encoder-ffn-embed-dim", s.ffn, "--decoder-ffn-embed-dim", s.ffn,
+                      "--decoder-embed-dim", s.dim, "--encoder-ffn-embed-dim", s.ffn, "--decoder-ffn-embed-dim", decoder_ffn,
                       "--encoder-attention-heads", s.heads, "--decoder-attention-heads", s.heads,
                       "--lr", s.lr, "--warmup-updates", s.warmup, "--max-tokens", s.max_tokens,
                       "--max-update", s.updates, "--validate-interval-updates", every, "--save-interval-updates",
                       every, "--keep-interval-updates", 1, "--log-interval", min(50, max(1, s.updates // 10)),
-                      "--save-dir", save, *s.device, log=work / "logs" / f"train-{arch}.log")
-        run = {"params": parameter_count(log),
+                      "--save-dir", save, *s.device, log=work / "logs" / f"train-{name}.log")
+        run = {"params": parameter_count(log), "decoder_ffn": decoder_ffn, "options": extra,
                "curve": valid_curve(log), "seconds_per_update": seconds_per_update(log),
                "train_seconds": train_seconds(log)}
         for beam in s.beams:
             log = fairseq("fairseq-generate", data_bin, "--user-dir", USER_DIR, "--path", save / "checkpoint_best.pt",
                           "--gen-subset", "test", "--beam", beam, "--batch-size", 32, "--required-batch-size-multiple",
                           1, "--bpe", "sentencepiece", "--sentencepiece-model", data_bin / "sentencepiece.bpe.model",
-                          "--max-len-a", 1.5, "--max-len-b", 10, *s.device, log=work / "logs" / f"generate-{arch}-{beam}.log",
+                          "--max-len-a", 1.5, "--max-len-b", 10, *s.device, log=work / "logs" / f"generate-{name}-{beam}.log",
                           echo=None)
             sentences, tokens, per_s, tokens_per_s = GENERATED.search(log).groups()
             hyps = detokenised_hypotheses(log)
             run[f"beam{beam}"] = {"sentences_per_s": float(per_s), "tokens_per_s": float(tokens_per_s),
                                   "sentences": int(sentences.replace(",", ""))}
             if beam == max(s.beams):
-                hyp_file = work / f"hyp-{arch}.de"
+                hyp_file = work / f"hyp-{name}.de"
                 hyp_file.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
                 run["sacrebleu"] = sacrebleu(data_bin / "raw" / "test.de", hyp_file)
                 run["beam"] = beam
@@ -145,6 +170,27 @@ class TranslationBenchmark(Study):
 
     def plot(self, data):
         return plot(data)
+
+
+def equal_decoder_ffn(options: List[str], s: Scale) -> int:
+    """The decoder's FFN width that gives a configuration the softmax transformer's parameter count: a decoder
+    mechanism's extra weights (its convolution, gate, write strength and decay, beyond kernel attention's q, k, v
+    and output projections, which softmax has too) come out of the decoder's FFNs (2 d + 1 weights per unit)."""
+    import torch
+
+    from fairseq_linattn.attention import KernelAttention
+    from fairseq_linattn.attention.recurrent_state import linear_attentions
+
+    mechanism = options[options.index("--linear-attention") + 1] if "--linear-attention" in options else "kernel"
+    if mechanism == "kernel":
+        return s.ffn
+    torch.manual_seed(0)
+
+    def count(module):
+        return sum(p.numel() for p in module.parameters())
+
+    extra = count(linear_attentions()[mechanism](s.dim, s.heads)) - count(KernelAttention(s.dim, s.heads, causal=True))
+    return s.ffn - round(extra / (2 * s.dim + 1))
 
 
 def detokenised_hypotheses(log: str) -> List[str]:
@@ -198,44 +244,52 @@ def render(data) -> Tuple[str, List[str]]:
     s = Scale(**{k: tuple(v) if isinstance(v, list) else v for k, v in study["scale"].items()})
     models = study["models"]
     pairs = study["pairs"]
-    lines = ["### Translation: softmax transformer vs linear_transformer (English -> German message catalogs)", "",
+    lines = ["### Translation: softmax transformer vs linear_transformer's configurations (English -> German message "
+             "catalogs)", "",
              f"{machine_line(data['machine'], data['load_start'], data['load_end'])}.", "",
              f"Data: the machine's gettext catalogs (/usr/share/locale/de), split by catalog: train {pairs['train']:,}, "
              f"valid {pairs['valid']:,}, test {pairs['test']:,} pairs; joint sentencepiece vocabulary {s.vocab}. "
-             f"Budget (both models the same): {s.layers}+{s.layers} layers, d={s.dim}, {s.heads} heads, FFN {s.ffn}, "
+             f"Budget (every model the same): {s.layers}+{s.layers} layers, d={s.dim}, {s.heads} heads, FFN {s.ffn}, "
              f"shared embeddings; {s.updates} updates of {s.max_tokens} tokens, Adam lr {s.lr:g}, inverse_sqrt with "
-             f"{s.warmup} warm-up updates, label smoothing 0.1, dropout 0.1, seed 1; `{' '.join(s.device)}`. "
-             f"Took {study['total_s'] / 60:.0f} min.", ""]
+             f"{s.warmup} warm-up updates, label smoothing 0.1, dropout 0.1, seed 1; `{' '.join(s.device)}`. Equal "
+             "parameters: a gated-delta decoder's extra weights (convolution, gate, write strength, decay) come out of "
+             f"its FFNs (decoder FFN in the table). Took {study['total_s'] / 60:.0f} min.", "",
+             "Models: " + "; ".join(f"**{name}**: {DESCRIPTIONS.get(name, name)}" for name in models) + ".", ""]
     beam = max(s.beams)
     signature = {m: models[SOFTMAX]["sacrebleu"][m]["signature"] for m in ("BLEU", "chrF2")}
     rows = []
     for name, r in models.items():
         bleu, chrf = r["sacrebleu"]["BLEU"], r["sacrebleu"]["chrF2"]
-        rows.append([name, f"{r['params']:,}", f"{r['curve'][-1][1]:.3f}" if r["curve"] else "–",
+        rows.append([name, f"{r['params']:,}", r.get("decoder_ffn", s.ffn), f"{r['curve'][-1][1]:.3f}" if r["curve"] else "–",
                      f"{bleu['score']:.2f}", f"{chrf['score']:.2f}", f"{r['seconds_per_update']:.3f}",
                      *(f"{r[f'beam{b}']['sentences_per_s']:.1f}" for b in s.beams)])
     lines += [f"**Quality and speed on the test split** (`fairseq-generate --beam {beam}`, detokenised, scored by "
               f"sacrebleu's CLI; BLEU signature `{signature['BLEU']}`, chrF `{signature['chrF2']}`):", "",
-              md_table(["model", "parameters", "valid loss (base 2)", "BLEU", "chrF", "s / update",
+              md_table(["model", "parameters", "decoder FFN", "valid loss (base 2)", "BLEU", "chrF", "s / update",
                         *(f"sentences/s beam {b}" for b in s.beams)], rows), ""]
     speed = study["speed_at_length"]
+    others = [name for name in models if name != SOFTMAX]
     rows = []
     for length in map(str, s.lengths):
         for b in map(str, s.beams):
-            soft, lin = speed[SOFTMAX][length][b], speed[LINEAR][length][b]
-            rows.append([length, int(length) // 2, b, f"{soft:.2f}", f"{lin:.2f}", f"{soft / lin:.2f}x"])
+            soft = speed[SOFTMAX][length][b]
+            rows.append([length, int(length) // 2, b, f"{soft:.2f}",
+                         *(f"{speed[name][length][b]:.2f} ({soft / speed[name][length][b]:.2f}x)" for name in others)])
     lines += ["**Generation speed at length** (one sentence; source and target L/2 tokens each; ms per generated "
-              "token, fairseq's SequenceGenerator):", "",
-              md_table(["L = source + target", "source = target", "beam", "softmax ms/token", "linear ms/token",
-                        "linear speed-up"], rows), ""]
-    soft, lin = models[SOFTMAX]["sacrebleu"], models[LINEAR]["sacrebleu"]
-    verdicts = [f"BLEU {lin['BLEU']['score']:.2f} linear vs {soft['BLEU']['score']:.2f} softmax "
-                f"({lin['BLEU']['score'] - soft['BLEU']['score']:+.2f}); chrF {lin['chrF2']['score']:.2f} vs "
-                f"{soft['chrF2']['score']:.2f} ({lin['chrF2']['score'] - soft['chrF2']['score']:+.2f})"]
-    for b in map(str, s.beams):
-        ratios = ", ".join(f"L={length}: {speed[SOFTMAX][str(length)][b] / speed[LINEAR][str(length)][b]:.2f}x"
-                           for length in s.lengths)
-        verdicts.append(f"generation speed-up of linear over softmax, beam {b}: {ratios}")
+              "token, fairseq's SequenceGenerator; in brackets the speed-up over softmax):", "",
+              md_table(["L = source + target", "source = target", "beam", "softmax ms/token",
+                        *(f"{name} ms/token" for name in others)], rows), ""]
+    soft = models[SOFTMAX]["sacrebleu"]
+    verdicts = []
+    for name in others:
+        lin = models[name]["sacrebleu"]
+        verdicts.append(f"{name}: BLEU {lin['BLEU']['score']:.2f} vs {soft['BLEU']['score']:.2f} softmax "
+                        f"({lin['BLEU']['score'] - soft['BLEU']['score']:+.2f}); chrF {lin['chrF2']['score']:.2f} vs "
+                        f"{soft['chrF2']['score']:.2f} ({lin['chrF2']['score'] - soft['chrF2']['score']:+.2f})")
+        for b in map(str, s.beams):
+            ratios = ", ".join(f"L={length}: {speed[SOFTMAX][str(length)][b] / speed[name][str(length)][b]:.2f}x"
+                               for length in s.lengths)
+            verdicts.append(f"generation speed-up of {name} over softmax, beam {b}: {ratios}")
     return "\n".join(lines), verdicts
 
 
@@ -248,7 +302,7 @@ def plot(data):
         lengths = [int(x) for x in per_length]
         for beam in next(iter(per_length.values())):
             ax_speed.plot(lengths, [per_length[str(n)][beam] for n in lengths], marker="o",
-                          ls="-" if name == SOFTMAX else "--", label=f"{name.split(' ')[0]}, beam {beam}")
+                          ls="-" if name == SOFTMAX else "--", label=f"{name}, beam {beam}")
     log_axes(ax_speed, "source + target length", "ms per generated token")
     ax_speed.set_title("generation cost per token", fontsize=9)
     ax_speed.legend(fontsize=7)

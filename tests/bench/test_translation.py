@@ -23,16 +23,21 @@ def test_quick_run_writes_the_tables(tmp_path):
     out, work = tmp_path / "results", tmp_path / "work"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_translation.py"), "--quick", "--out", str(out),
-                           "--work-dir", str(work), "--locale-dir", str(locale), "--max-wait", "0"],
+                           "--work-dir", str(work), "--locale-dir", str(locale), "--max-wait", "0",
+                           "--models", "elu,softmax-enc+gated-delta"],
                           capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     markdown = (out / "translation.md").read_text()
     assert "BLEU signature `nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:" in markdown
     study = json.loads((out / "translation.json").read_text())["study"]
-    assert len(study["models"]) == 2
+    assert list(study["models"]) == ["softmax", "elu", "softmax-enc+gated-delta"]  # the baseline first, always
+    params = {name: run["params"] for name, run in study["models"].items()}
+    assert abs(params["softmax-enc+gated-delta"] / params["softmax"] - 1) < 0.005, params  # equal parameters
+    assert study["models"]["softmax-enc+gated-delta"]["decoder_ffn"] < study["scale"]["dim"] * 4
     for name, run in study["models"].items():
         assert 0 <= run["sacrebleu"]["BLEU"]["score"] <= 100 and 0 <= run["sacrebleu"]["chrF2"]["score"] <= 100
         assert run["beam1"]["sentences"] == run["beam5"]["sentences"] == study["pairs"]["test"]  # none dropped
         assert set(study["speed_at_length"][name]) == {"64", "256"}
     assert (out / "translation.png").stat().st_size > 10_000
-    assert "generation speed-up of linear over softmax, beam 5" in proc.stdout
+    assert "generation speed-up of softmax-enc+gated-delta over softmax, beam 5" in proc.stdout
+    assert "| softmax-enc+gated-delta |" in markdown
