@@ -100,7 +100,7 @@ def build_causal_attention(options: KernelOptions, shape: LayerShape) -> SelfAtt
     if name == SOFTMAX_ATTENTION:
         return CausalSoftmaxAttention(shape.embed_dim, shape.num_heads, **around)
     return linear_attentions()[name](shape.embed_dim, shape.num_heads, chunk_size=int(options.chunk_size),
-                                   decay_init=options.decay_init, **around)
+                                   decay_init=options.decay_init, train_state=options.train_state, **around)
 
 
 CROSS_ATTENTION_BUILDERS = (build_kernel_attention,)

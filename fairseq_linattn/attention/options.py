@@ -156,6 +156,10 @@ KERNEL_FLAGS = {
                        "mamba2 (Mamba-2's; the better perplexity) or long (ten times slower: recall over hundreds of "
                        "tokens is learned sooner; docs/recall.md)",
                        choices=sorted(DECAY_INITS)),
+    "train_state": Flag("zero", str, "the recurrent mechanisms' state at the start of a training sample: zero, or "
+                        "carried (the final state of the previous update's sample in the same batch row, detached: "
+                        "state passing, for lengths past the training one; docs/options.md)",
+                        choices=["zero", "carried"]),
     "feature_map": Flag(KernelAttention.DEFAULT_FEATURE_MAP, str,
                         "the kernel feature map φ (elu: elu+1, relu, favor: Performer's FAVOR+)",
                         choices=sorted(FEATURE_MAPS)),
@@ -176,6 +180,7 @@ class KernelOptions(MechanismOptions):
     short_conv: int = KERNEL_FLAGS["short_conv"].default
     output_gate: int = KERNEL_FLAGS["output_gate"].default
     decay_init: str = KERNEL_FLAGS["decay_init"].default
+    train_state: str = KERNEL_FLAGS["train_state"].default
     feature_map: str = KERNEL_FLAGS["feature_map"].default
     chunk_size: int = KERNEL_FLAGS["chunk_size"].default
     favor_features: int = KERNEL_FLAGS["favor_features"].default
@@ -184,7 +189,7 @@ class KernelOptions(MechanismOptions):
 
     GROUP = "kernel attention"
     FLAGS = KERNEL_FLAGS
-    CAUSAL_ONLY = ("chunk_size", "linear_attention", "short_conv", "output_gate", "decay_init")
+    CAUSAL_ONLY = ("chunk_size", "linear_attention", "short_conv", "output_gate", "decay_init", "train_state")
     IDENTITY_FLAGS = ("feature_map", "linear_attention")
 
     @classmethod
@@ -206,6 +211,10 @@ class KernelOptions(MechanismOptions):
             raise ValueError(f"--decay-init {self.decay_init} only applies to Mamba-2's decay "
                              f"({', '.join(_mamba2_decays())}); --linear-attention {self.linear_attention} has none: "
                              "drop --decay-init")
+        if self.train_state != "zero" and self.linear_attention not in linear_attentions():
+            recurrent = ", ".join(sorted(linear_attentions()))
+            raise ValueError(f"--train-state {self.train_state} carries a recurrent state ({recurrent}); "
+                             f"--linear-attention {self.linear_attention} has none to carry: drop --train-state")
         if int(self.short_conv) < 0 or int(self.short_conv) == 1:
             raise ValueError(f"--short-conv is the convolution's width: 0 (none) or >= 2 (4 is the papers'), "
                              f"got {self.short_conv}")

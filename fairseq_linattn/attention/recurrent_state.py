@@ -10,7 +10,12 @@ padding and the incremental buffer are :class:`.causal.CausalAttention`'s; here:
   the output gate multiplies: out = RMSNorm(o) * SiLU(W_g x);
 * training runs the chunked op (linear in the length); decoding keeps the state (B x H x M x D, fp32) in fairseq's
   ``incremental_state``: one token is one recurrent step, a prompt is the chunked op continued from the state;
-* padding is exact: a padded position leaves the state untouched (zero key and value, no decay, no write).
+* padding is exact: a padded position leaves the state untouched (zero key and value, no decay, no write);
+* ``train_state="carried"``: a training sample starts from the final state of the sample in the same batch row
+  of the previous update (detached), not from zero: Buitrago & Gu (2025)'s state passing, which lets a model see
+  the states that long inputs reach, for lengths past the training one. The state is promoted when fairseq
+  announces a new update (``set_num_updates``), so that the micro-batches of one update and activation
+  checkpointing's recomputation all start from the same one; evaluation and decoding always start from zero.
 
 A mechanism is a module of :mod:`.mechanisms`: a :class:`RecurrentStateAttention` subclass with a one-line
 ``SUMMARY`` (for ``--help``), registered with ``@register_linear_attention(name)``: the name becomes a choice of
@@ -48,14 +53,22 @@ class RecurrentStateAttention(CausalAttention):
     DEFAULT_CHUNK_SIZE = 64
     STATE_KEY = "recurrent_state"
     NORM_EPS = 1e-5
+    TRAIN_STATES = ("zero", "carried")
 
     def __init__(self, embed_dim: int, num_heads: int, short_conv: int = CausalAttention.DEFAULT_SHORT_CONV,
                  output_gate: bool = True, chunk_size: int = DEFAULT_CHUNK_SIZE, dropout: float = 0.0,
                  bias: bool = True, q_noise: float = 0.0, qn_block_size: int = 8,
-                 decay_init: str = DEFAULT_DECAY_INIT):
+                 decay_init: str = DEFAULT_DECAY_INIT, train_state: str = "zero"):
         super().__init__(embed_dim, num_heads, short_conv, output_gate, dropout, bias, q_noise, qn_block_size)
         self.decay_init = decay_init  # the initial rates of a Mamba-2 decay (MAMBA2_DECAY mechanisms read it)
         self.chunk_size = chunk_size
+        if train_state not in self.TRAIN_STATES:
+            raise ValueError(f"train_state must be one of {self.TRAIN_STATES}, got {train_state!r}")
+        self.train_state = train_state
+        # plain attributes, not buffers: a run state, neither saved nor loaded (a resumed run starts from zero)
+        self._carried: Optional[Tensor] = None  # this update's initial states (B x H x M x D, fp32, detached)
+        self._pending: Optional[Tensor] = None  # the final states of the last forward, for the next update
+        self._update: Optional[int] = None
         self.out_norm = nn.RMSNorm(self.head_dim, eps=self.NORM_EPS)
         if dropout > 0:
             warn_dropout_ignored()
@@ -95,7 +108,11 @@ class RecurrentStateAttention(CausalAttention):
                 value = extras[name]
                 extras[name] = value.masked_fill(pads.view(*pads.shape, *[1] * (value.dim() - 3)), 0.0)
         if buffer is None:
-            return self.chunked(q, k, v, extras, None, False), None
+            if not (self.training and self.train_state == "carried"):
+                return self.chunked(q, k, v, extras, None, False), None
+            out, final = self.chunked(q, k, v, extras, self.carried_state(q, v), True)
+            self._pending = final.detach()
+            return out, None
         state = buffer.get(self.STATE_KEY)
         if state is None:
             state = q.new_zeros(q.size(0), q.size(1), q.size(-1), v.size(-1), dtype=torch.float32)
@@ -108,5 +125,23 @@ class RecurrentStateAttention(CausalAttention):
     def normalise(self, out):
         return self.out_norm(out)
 
+    def carried_state(self, q: Tensor, v: Tensor) -> Optional[Tensor]:
+        """The states this update's samples start from: the previous update's final states, row by row (a
+        batch with more rows than that gets zeros for the others, one with fewer the first ones)."""
+        carried = self._carried
+        if carried is None:
+            return None
+        batch = q.size(0)
+        if carried.size(0) < batch:
+            carried = torch.cat([carried, carried.new_zeros(batch - carried.size(0), *carried.shape[1:])])
+        return carried[:batch].to(q.device)
+
+    def set_num_updates(self, num_updates: int):
+        """fairseq calls this before every training forward (each micro-batch of an update with the same number):
+        a new number promotes the last forward's final states to the next samples' initial states."""
+        if self.train_state == "carried" and num_updates != self._update:
+            self._carried, self._pending, self._update = self._pending, None, num_updates
+
     def extra_repr(self):
-        return f"causal=True, chunk_size={self.chunk_size}"
+        carried = ", train_state=carried" if self.train_state == "carried" else ""
+        return f"causal=True, chunk_size={self.chunk_size}{carried}"

@@ -120,6 +120,9 @@ def test_the_factory_builds_each_mechanism_for_a_decoder_only(name):
     (dict(linear_attention="retention", decay_init="long"), "--decay-init long only applies to Mamba-2's decay "
                                                             r"\(gated-delta, gdn2\).*drop --decay-init"),
     (dict(linear_attention="gated-delta", decay_init="slow"), "--decay-init 'slow' is unknown"),
+    (dict(linear_attention="softmax", train_state="carried"), "--train-state carried carries a recurrent state.*"
+                                                               "drop --train-state"),
+    (dict(train_state="carried"), "--linear-attention kernel has none to carry"),
 ])
 def test_bad_options_are_named(options, message):
     with pytest.raises(ValueError, match=message):
@@ -157,3 +160,43 @@ def test_elu_is_the_kernel_attentions_old_name_on_the_command_line_and_in_checkp
     assert identity_differences(saved, Namespace(**{**vars(saved), "linear_attention": "kernel"})) == []
     assert identity_differences(saved, Namespace(**{**vars(saved), "linear_attention": "gla"})) == [
         "--linear-attention: 'kernel' in the checkpoint, 'gla' here"]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_carried_training_state_continues_the_previous_updates_sample(name):
+    """--train-state carried: after update n, update n+1's samples start from update n's final states, row by row
+    (without a convolution, whose cache is not carried, that is the forward of the two samples joined); the
+    micro-batches of one update share their initial states; evaluation starts from zero."""
+    torch.manual_seed(0)
+    attn = linear_attentions()[name](C, H, short_conv=0, output_gate=True, chunk_size=8,
+                                     train_state="carried").double().train()
+    first, second = torch.randn(13, 3, C, dtype=torch.float64), torch.randn(11, 3, C, dtype=torch.float64)
+    attn.set_num_updates(1)
+    out_first, _ = attn(first)  # nothing carried yet: from zero
+    attn.set_num_updates(1)  # another micro-batch of update 1: the same (zero) initial states
+    out_again, _ = attn(first)
+    torch.testing.assert_close(out_again, out_first)
+    attn.set_num_updates(2)
+    out_second, _ = attn(second)
+    joined, _ = attn.eval()(torch.cat([first, second]))
+    torch.testing.assert_close(out_second, joined[13:])
+    torch.testing.assert_close(out_first, joined[:13])
+    attn.train()
+    attn.set_num_updates(3)
+    fewer, _ = attn(second[:, :2])  # a smaller batch: the first rows' states
+    more, _ = attn(torch.cat([second, second[:, :1]], 1))  # a larger one: zeros for the new row
+    torch.testing.assert_close(fewer, more[:, :2])
+    alone, _ = attn.eval()(second[:, :1])
+    torch.testing.assert_close(more[:, 3], alone[:, 0])
+
+
+def test_a_carried_training_state_is_detached():
+    attn = make("gated-delta").train()
+    attn.train_state = "carried"
+    x = torch.randn(9, 2, C, dtype=torch.float64, requires_grad=True)
+    attn.set_num_updates(1)
+    attn(x)[0].sum().backward()
+    attn.set_num_updates(2)
+    y = torch.randn(9, 2, C, dtype=torch.float64, requires_grad=True)
+    attn(y)[0].sum().backward()  # no second backward through the first sample's graph
+    assert attn._carried is not None and not attn._carried.requires_grad

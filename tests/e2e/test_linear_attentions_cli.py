@@ -87,3 +87,15 @@ def test_arch_and_hydra_config_name_the_mechanism(spm_data, tmp_path):
               cwd=tmp_path)
     assert "GatedLinearAttention(" in log and "ShortConvolution(" not in log
     assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
+
+
+def test_a_carried_training_state_through_fairseq_train(spm_data, tmp_path):
+    """--train-state carried under the real trainer: fairseq's set_num_updates promotes the states between updates
+    (two micro-batches per update here), validation starts from zero, the checkpoint loads for evaluation."""
+    data, _ = spm_data
+    log = train_lm(data, tmp_path, "--linear-attention", "gated-delta", "--train-state", "carried", "--chunk-size",
+                   "16", "--update-freq", "2", updates=4)
+    assert "train_state=carried" in log and 0 < valid_loss(log) < 20
+    log = run("fairseq-eval-lm", data, "--user-dir", USER_DIR, "--path", tmp_path / "checkpoint_last.pt", "--cpu",
+              "--gen-subset", "test", "--tokens-per-sample", "64", "--batch-size", "4")
+    assert 1 < float(re.findall(r"Perplexity: ([0-9.]+)", log)[-1]) < 10_000
