@@ -56,7 +56,7 @@ from .fairseq_runs import (
 )
 from .machine import machine_line
 from .report import curve_axes, md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point
+from .runner import ROOT, Study, entry_point, names_among
 
 # name -> (arch, options): the masked-LM encoders compared; k is a function of n
 MLM_MODELS = {
@@ -85,7 +85,13 @@ LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", name]) 
 # the mechanism that they come with
 SOFTMAX_CONV_GATE = "softmax+conv+gate"
 LM_MODELS[SOFTMAX_CONV_GATE] = ("linear_transformer_lm", ["--linear-attention", "softmax"])
-OUTPUT_GATED = (SOFTMAX_CONV_GATE, *GATED_MECHANISMS)  # the models whose FFN pays for the output gate
+# past the training length: the recurrent state on its own (no positional embeddings: positions it never saw cannot
+# hurt it), and trained from carried states (--train-state carried: the states long inputs reach); --models picks them
+PAST_LENGTH = {"gated-delta-nopos": ["--no-token-positional-embeddings"],
+               "gated-delta-nopos-carried": ["--no-token-positional-embeddings", "--train-state", "carried"]}
+LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", "gated-delta", *extra])
+                  for name, extra in PAST_LENGTH.items()})
+OUTPUT_GATED = (SOFTMAX_CONV_GATE, *GATED_MECHANISMS, *PAST_LENGTH)  # the models whose FFN pays for the output gate
 MECHANISM_MODELS = (SOFTMAX_LM, SOFTMAX_CONV_GATE, LINEAR_LM, *GATED_MECHANISMS)
 
 
@@ -368,10 +374,19 @@ class MechanismQualityBenchmark(QualityBenchmark):
     def add_args(self, parser):
         super().add_args(parser)
         parser.set_defaults(only=self.PARTS, work_dir=str(Path(ROOT) / "runs" / "quality_mechanisms"))
+        parser.add_argument("--models", type=names_among(LM_MODELS), default=None,
+                            help=f"comma-separated, transformer_lm always first (default: {', '.join(MECHANISM_MODELS)}; "
+                                 f"also {', '.join(PAST_LENGTH)})")
 
-    @staticmethod
-    def lm_models(scale: Scale) -> Tuple[str, ...]:
-        return scale.mechanism_models
+    def measure(self, args, data):
+        if args.models:
+            self.models = (SOFTMAX_LM, *[m for m in args.models if m != SOFTMAX_LM])
+        super().measure(args, data)
+
+    models: Optional[Tuple[str, ...]] = None  # --models, else the scale's
+
+    def lm_models(self, scale: Scale) -> Tuple[str, ...]:
+        return self.models or scale.mechanism_models
 
     def extrapolation(self, study: Quality) -> Dict:
         """Softmax with a sliding window and past its positions, and every linear mechanism with its state carried
