@@ -118,7 +118,7 @@ def test_the_factory_builds_each_mechanism_for_a_decoder_only(name):
     (dict(linear_attention="delta", short_conv=1), "--short-conv"),
     (dict(linear_attention="delta", short_conv=-2), "--short-conv"),
     (dict(linear_attention="retention", decay_init="long"), "--decay-init long only applies to Mamba-2's decay "
-                                                            r"\(gated-delta, gdn2\).*drop --decay-init"),
+                                                            r"\(gated-delta, gdn2, kda\).*drop --decay-init"),
     (dict(linear_attention="gated-delta", decay_init="slow"), "--decay-init 'slow' is unknown"),
     (dict(linear_attention="softmax", train_state="carried"), "--train-state carried carries a recurrent state.*"
                                                                "drop --train-state"),
@@ -200,3 +200,14 @@ def test_a_carried_training_state_is_detached():
     y = torch.randn(9, 2, C, dtype=torch.float64, requires_grad=True)
     attn(y)[0].sum().backward()  # no second backward through the first sample's graph
     assert attn._carried is not None and not attn._carried.requires_grad
+
+
+def test_kda_is_gdn2_with_both_gates_beta():
+    """Kimi Delta Attention runs gdn2's op (tested against flash-linear-attention's naive KDA recurrence in
+    tests/attention/ops/test_gdn2.py) with β, one per head, as both its erase and its write gate, and a decay per
+    key channel."""
+    attn = make("kda")
+    gates = attn.gates(torch.randn(7, 2, C, dtype=torch.float64))
+    assert torch.equal(gates["erase"], gates["write"]) and (gates["erase"] == gates["erase"][..., :1]).all()
+    assert gates["log_decay"].shape == (2, H, 7, C // H) and (gates["log_decay"] < 0).all()
+    assert (gates["log_decay"].std(-1) > 0).all()  # per channel, not per head

@@ -67,7 +67,7 @@ def test_a_checkpoint_refuses_another_mechanism(spm_data, trained, tmp_path):
     data, _ = spm_data
     name, save, _ = trained
     other = {"retention": "gla", "gla": "retention", "delta": "gated-delta", "gated-delta": "delta",
-             "gdn2": "gated-delta", "softmax": "retention"}[name]
+             "gdn2": "gated-delta", "kda": "gdn2", "softmax": "retention"}[name]
     log = train_lm(data, tmp_path, "--linear-attention", other, "--chunk-size", "16", "--restore-file",
                    save / "checkpoint_last.pt", "--reset-optimizer", updates=9, check=False)
     assert log.returncode != 0 and "--linear-attention" in log, log[-2000:]
