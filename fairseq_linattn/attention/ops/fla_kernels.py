@@ -45,6 +45,11 @@ try:  # optional: CPU installs never have it
     import fla.ops as _fla
 except ImportError:  # pragma: no cover - depends on the install
     _fla = None
+except RuntimeError as error:  # pragma: no cover - fla-core (and Triton) installed where no GPU answers
+    import logging
+
+    logging.getLogger(__name__).warning("fla-core did not load (%s): the causal ops run on PyTorch", error)
+    _fla = None
 
 
 def _gated_backward_refused() -> bool:
