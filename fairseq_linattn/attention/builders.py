@@ -76,8 +76,9 @@ def build_attention(options, layer_index: int, shape: LayerShape,
 
 @register_builder(KernelOptions)
 def build_kernel_attention(options: KernelOptions, layer_index: int, shape: LayerShape, shared) -> SelfAttention:
-    if options.linear_attention != KERNEL_ATTENTION:
-        return build_causal_attention(options, shape)
+    mechanism = options.mechanism(layer_index)
+    if mechanism != KERNEL_ATTENTION:
+        return build_causal_attention(options, shape, mechanism)
     seed_index = layer_index + (CROSS_LAYERS if shape.source_dim is not None else 0)  # own FAVOR+ draws
     feature_map = dict(feature_map=options.feature_map,
                        **options.feature_map_options(shape.embed_dim // shape.num_heads, seed_index))
@@ -88,9 +89,9 @@ def build_kernel_attention(options: KernelOptions, layer_index: int, shape: Laye
                            **feature_map, **shape.common())
 
 
-def build_causal_attention(options: KernelOptions, shape: LayerShape) -> SelfAttention:
-    """--linear-attention's mechanisms but kernel attention: causal softmax or a recurrent state."""
-    name = options.linear_attention
+def build_causal_attention(options: KernelOptions, shape: LayerShape, name: str) -> SelfAttention:
+    """--linear-attention's mechanisms but kernel attention (``name``, one layer's): causal softmax or a recurrent
+    state."""
     if not shape.causal or shape.source_dim is not None:
         where = "encoder-decoder attention" if shape.source_dim is not None else "a bidirectional (encoder) attention"
         raise ValueError(f"--linear-attention {name} is a causal (decoder) mechanism and cannot be {where}: it is "

@@ -117,13 +117,14 @@ SOFTMAX_ATTENTION = "softmax"  # --linear-attention's name for causal softmax wi
 
 class MechanismChoices:
     """--linear-attention's choices, read from the registry when the command line is parsed (a mechanism
-    registered after this module was imported is a choice too)."""
+    registered after this module was imported is a choice too); a comma-separated layout of them is one too."""
 
     def names(self):
         return [KERNEL_ATTENTION, *ALIASES, SOFTMAX_ATTENTION, *sorted(linear_attentions())]
 
     def __contains__(self, name):
-        return name in self.names()
+        names = self.names()
+        return isinstance(name, str) and all(part in names for part in name.split(","))
 
     def __iter__(self):
         return iter(self.names())
@@ -142,7 +143,8 @@ def _mamba2_decays() -> List[str]:
 def _mechanisms_help() -> str:
     listed = ", ".join(f"{name} ({cls.SUMMARY})" for name, cls in sorted(linear_attentions().items()))
     return (f"the causal mechanism: {KERNEL_ATTENTION} (kernel attention, φ from --feature-map; alias "
-            f"{', '.join(ALIASES)}), {SOFTMAX_ATTENTION} ({CausalSoftmaxAttention.SUMMARY}), {listed}")
+            f"{', '.join(ALIASES)}), {SOFTMAX_ATTENTION} ({CausalSoftmaxAttention.SUMMARY}), {listed}; or one per "
+            "layer, comma-separated and repeated to the depth (a hybrid: gated-delta,gated-delta,gated-delta,softmax)")
 
 
 KERNEL_FLAGS = {
@@ -197,21 +199,23 @@ class KernelOptions(MechanismOptions):
         return cls(**cls.flag_values(args)).checked()
 
     def checked(self) -> "KernelOptions":
-        if self.linear_attention not in LINEAR_ATTENTION_CHOICES:
-            raise ValueError(f"--linear-attention {self.linear_attention!r} is unknown: choose one of "
-                             f"{LINEAR_ATTENTION_CHOICES}")
-        self.linear_attention = ALIASES.get(self.linear_attention, self.linear_attention)
-        if self.linear_attention != KERNEL_ATTENTION and self.feature_map != KernelAttention.DEFAULT_FEATURE_MAP:
+        unknown = [name for name in str(self.linear_attention).split(",") if name not in LINEAR_ATTENTION_CHOICES]
+        if unknown:
+            raise ValueError(f"--linear-attention {unknown[0]!r} is unknown: choose one of {LINEAR_ATTENTION_CHOICES} "
+                             "(or a comma-separated layout of them, one per layer)")
+        self.linear_attention = ",".join(ALIASES.get(name, name) for name in self.linear_attention.split(","))
+        layout = self.layout()
+        if KERNEL_ATTENTION not in layout and self.feature_map != KernelAttention.DEFAULT_FEATURE_MAP:
             raise ValueError(f"--feature-map {self.feature_map} only applies to --linear-attention "
                              f"{KERNEL_ATTENTION} (kernel attention); {self.linear_attention} has no feature map: "
                              "drop one of the two options")
         if self.decay_init not in DECAY_INITS:
             raise ValueError(f"--decay-init {self.decay_init!r} is unknown: choose one of {sorted(DECAY_INITS)}")
-        if self.decay_init != DEFAULT_DECAY_INIT and self.linear_attention not in _mamba2_decays():
+        if self.decay_init != DEFAULT_DECAY_INIT and not set(layout) & set(_mamba2_decays()):
             raise ValueError(f"--decay-init {self.decay_init} only applies to Mamba-2's decay "
                              f"({', '.join(_mamba2_decays())}); --linear-attention {self.linear_attention} has none: "
                              "drop --decay-init")
-        if self.train_state != "zero" and self.linear_attention not in linear_attentions():
+        if self.train_state != "zero" and not set(layout) & set(linear_attentions()):
             recurrent = ", ".join(sorted(linear_attentions()))
             raise ValueError(f"--train-state {self.train_state} carries a recurrent state ({recurrent}); "
                              f"--linear-attention {self.linear_attention} has none to carry: drop --train-state")
@@ -230,6 +234,15 @@ class KernelOptions(MechanismOptions):
 
     def identity(self) -> dict:  # elu and relu have no weights to tell them apart
         return {"--feature-map": self.feature_map, "--linear-attention": self.linear_attention}
+
+    def layout(self) -> List[str]:
+        """The mechanisms of --linear-attention in layer order (one name: every layer's)."""
+        return [ALIASES.get(name, name) for name in str(self.linear_attention).split(",")]
+
+    def mechanism(self, layer_index: int) -> str:
+        """Layer ``layer_index``'s mechanism: the layout repeated to the depth."""
+        layout = self.layout()
+        return layout[layer_index % len(layout)]
 
     def feature_map_options(self, head_dim: int, layer_index: int) -> dict:
         if self.feature_map != "favor":

@@ -75,15 +75,16 @@ def attention_roles(args) -> Tuple[KernelOptions, KernelOptions]:
     each checked. ``--linear-attention`` is the decoder's alone; ``--feature-map`` belongs to whichever roles use
     kernel attention, and is refused where none does."""
     flags = KernelOptions.flag_values(args)
-    mechanism = ALIASES.get(flags["linear_attention"], flags["linear_attention"])
-    kernel_roles = [role for role, kind in (("the decoder", KERNEL_ATTENTION if mechanism == KERNEL_ATTENTION else None),
+    mechanism = ",".join(ALIASES.get(name, name) for name in str(flags["linear_attention"]).split(","))
+    decoder_kernel = KERNEL_ATTENTION in mechanism.split(",")  # every layer's, or some layers' in a layout
+    kernel_roles = [role for role, kind in (("the decoder", KERNEL_ATTENTION if decoder_kernel else None),
                                             ("the encoder", encoder_attention_kind(args)),
                                             ("the cross-attention", cross_attention_kind(args))) if kind == "kernel"]
     feature_map = flags["feature_map"]
     if feature_map != KernelAttention.DEFAULT_FEATURE_MAP and not kernel_roles:
         raise ValueError(f"--feature-map {feature_map} is kernel attention's, and no role uses it here (--linear-attention "
                          f"{mechanism}, --encoder-attention softmax, --cross-attention softmax): drop --feature-map")
-    self_attention = KernelOptions(**{**flags, "feature_map": feature_map if mechanism == KERNEL_ATTENTION
+    self_attention = KernelOptions(**{**flags, "feature_map": feature_map if decoder_kernel
                                       else KernelAttention.DEFAULT_FEATURE_MAP}).checked()
     kernel = replace(self_attention, linear_attention=KERNEL_ATTENTION, feature_map=feature_map,
                      decay_init=DEFAULT_DECAY_INIT).checked()

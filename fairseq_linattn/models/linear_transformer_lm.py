@@ -7,7 +7,10 @@ beam search (``reorder_incremental_state``), fairseq-interactive and the hub's `
 
 ``--linear-attention <mechanism>`` swaps the kernel attention for a state that decays, is gated or is
 overwritten (:mod:`..attention.mechanisms`); ``linear_transformer_lm_<mechanism>`` (``-`` as ``_``) are
-transformer_lm's base sizes with that mechanism.
+transformer_lm's base sizes with that mechanism. A comma-separated ``--linear-attention`` is a layout, one
+mechanism per layer repeated to the depth: ``linear_transformer_lm_hybrid`` (and ``_hybrid_<size>`` for
+transformer_lm's sizes) are the 3:1 hybrid of the 2025-26 production models (Qwen3-Next, Kimi Linear), three
+gated-delta layers to one softmax layer with a key/value cache (:data:`HYBRID`).
 """
 from functools import partial
 
@@ -50,3 +53,15 @@ def mechanism_arch(mechanism: str, args):
 # linear_transformer_lm_<mechanism>: one per registered mechanism (its name with - as _)
 register_archs("linear_transformer_lm",
                {name.replace("-", "_"): partial(mechanism_arch, name) for name in linear_attentions()})
+
+HYBRID = "gated-delta,gated-delta,gated-delta,softmax"  # three recurrent layers to one softmax layer
+
+
+def hybrid_arch(size_arch, args):
+    """transformer_lm's size with the :data:`HYBRID` layout unless the command line names another."""
+    args.linear_attention = safe_getattr(args, "linear_attention", HYBRID)
+    size_arch(args)
+
+
+register_archs("linear_transformer_lm", {"hybrid": partial(hybrid_arch, base_lm_architecture),
+                                         **{f"hybrid_{size}": partial(hybrid_arch, fn) for size, fn in LM_SIZES.items()}})

@@ -120,6 +120,9 @@ def test_the_factory_builds_each_mechanism_for_a_decoder_only(name):
     (dict(linear_attention="retention", decay_init="long"), "--decay-init long only applies to Mamba-2's decay "
                                                             r"\(gated-delta, gdn2, kda\).*drop --decay-init"),
     (dict(linear_attention="gated-delta", decay_init="slow"), "--decay-init 'slow' is unknown"),
+    (dict(linear_attention="gated-delta,mamba"), "--linear-attention 'mamba' is unknown"),
+    (dict(linear_attention="softmax,kernel", decay_init="long"), "--decay-init long only applies"),
+    (dict(linear_attention="gated-delta,softmax", feature_map="relu"), "--feature-map relu only applies"),
     (dict(linear_attention="softmax", train_state="carried"), "--train-state carried carries a recurrent state.*"
                                                                "drop --train-state"),
     (dict(train_state="carried"), "--linear-attention kernel has none to carry"),

@@ -1,7 +1,14 @@
 """linear_transformer_lm / linear_roberta built as fairseq builds them."""
+from argparse import Namespace
+
 import torch
+from fairseq.models import ARCH_CONFIG_REGISTRY
+from fairseq.models import transformer_lm as fairseq_lm
 
 from fairseq_linattn.attention import KernelAttention
+from fairseq_linattn.attention.causal_softmax import CausalSoftmaxAttention
+from fairseq_linattn.attention.mechanisms.gated_delta import GatedDeltaNetAttention
+from fairseq_linattn.models.linear_transformer_lm import HYBRID, LinearTransformerLanguageModel
 
 from .builders import SMALL_DECODER, SMALL_ENCODER, build
 
@@ -65,3 +72,43 @@ def test_softmax_mechanism_bare_is_transformer_lm():
         state = {}
         steps = [ours.decoder(tokens[:, :t + 1], incremental_state=state)[0] for t in range(tokens.size(1))]
         torch.testing.assert_close(torch.cat(steps, 1), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_layout_gives_each_layer_its_mechanism_and_decodes_as_the_forward():
+    """``--linear-attention gated-delta,softmax`` (repeated to the depth): a recurrent state in layers 0 and 2, a
+    key/value cache in layer 1; token-by-token decoding (each layer with its own cache or state), beams reordered
+    midway, equals the parallel forward; the layout is the checkpoint's identity."""
+    model, task = build("linear_transformer_lm", linear_attention="gated-delta,softmax", **SMALL_DECODER)
+    model.eval()
+    kinds = [type(layer.self_attn) for layer in model.decoder.layers]
+    assert kinds == [GatedDeltaNetAttention, CausalSoftmaxAttention, GatedDeltaNetAttention]
+    identity = LinearTransformerLanguageModel.identity(Namespace(linear_attention="gated-delta,softmax"))
+    assert identity["--linear-attention"] == "gated-delta,softmax"
+    tokens = torch.randint(4, len(task.dictionary), (3, 14))
+    order = torch.tensor([2, 0, 1])
+    with torch.no_grad():
+        state, steps = {}, []
+        for t in range(tokens.size(1)):
+            if t == 7:  # beam search's reorder: every layer's cache or state follows
+                model.decoder.reorder_incremental_state_scripting(state, order)
+                tokens, steps = tokens[order], [s[order] for s in steps]
+            steps.append(model.decoder(tokens[:, :t + 1], incremental_state=state)[0])
+        expected = model(tokens)[0]
+    torch.testing.assert_close(torch.cat(steps, 1), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_hybrid_archs_are_three_gated_delta_layers_to_one_softmax():
+    """linear_transformer_lm_hybrid (and _hybrid_<size>): transformer_lm's sizes with the 3:1 layout, unless the
+    command line names another."""
+    sizes = (("", fairseq_lm.base_lm_architecture), ("_gpt2_small", fairseq_lm.transformer_lm_gpt2_small))
+    for size, fairseq_size in sizes:
+        args, theirs = Namespace(), Namespace()
+        ARCH_CONFIG_REGISTRY[f"linear_transformer_lm_hybrid{size}"](args)
+        fairseq_size(theirs)
+        assert args.linear_attention == HYBRID and args.decoder_layers == theirs.decoder_layers
+    chosen = Namespace(linear_attention="gla,softmax")
+    ARCH_CONFIG_REGISTRY["linear_transformer_lm_hybrid"](chosen)
+    assert chosen.linear_attention == "gla,softmax"
+    model, _ = build("linear_transformer_lm", linear_attention=HYBRID, **{**SMALL_DECODER, "decoder_layers": 8})
+    softmax = [isinstance(layer.self_attn, CausalSoftmaxAttention) for layer in model.decoder.layers]
+    assert softmax == [False, False, False, True] * 2
