@@ -44,6 +44,8 @@ MODELS: Dict[str, Tuple[str, List[str]]] = {
        for name, cls in sorted(linear_attentions().items()) if cls.MAMBA2_DECAY},
     # and the converse of softmax+conv: the mechanism the README recommends, without its short convolution
     "gated-delta-noconv": ("linear_transformer_lm", ["--linear-attention", "gated-delta", "--short-conv", "0"]),
+    # a hybrid layout at the protocol's two layers: a gated-delta layer, then a softmax one (with its convolution)
+    "gated-delta+softmax": ("linear_transformer_lm", ["--linear-attention", "gated-delta,softmax"]),
 }
 
 
