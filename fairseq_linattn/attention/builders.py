@@ -99,7 +99,7 @@ def build_causal_attention(options: KernelOptions, shape: LayerShape, name: str)
                          f"{KERNEL_ATTENTION})")
     around = dict(short_conv=int(options.short_conv), output_gate=bool(int(options.output_gate)), **shape.common())
     if name == SOFTMAX_ATTENTION:
-        return CausalSoftmaxAttention(shape.embed_dim, shape.num_heads, **around)
+        return CausalSoftmaxAttention(shape.embed_dim, shape.num_heads, window=int(options.softmax_window), **around)
     return linear_attentions()[name](shape.embed_dim, shape.num_heads, chunk_size=int(options.chunk_size),
                                    decay_init=options.decay_init, train_state=options.train_state, **around)
 

@@ -158,6 +158,8 @@ KERNEL_FLAGS = {
                        "mamba2 (Mamba-2's; the better perplexity) or long (ten times slower: recall over hundreds of "
                        "tokens is learned sooner; docs/recall.md)",
                        choices=sorted(DECAY_INITS)),
+    "softmax_window": Flag(0, int, f"the {SOFTMAX_ATTENTION} layers' sliding window: each position sees the last W "
+                           "(itself included), training in O(n W), decoding with a W-token cache; 0: every earlier one"),
     "train_state": Flag("zero", str, "the recurrent mechanisms' state at the start of a training sample: zero, or "
                         "carried (the final state of the previous update's sample in the same batch row, detached: "
                         "state passing, for lengths past the training one; docs/options.md)",
@@ -183,6 +185,7 @@ class KernelOptions(MechanismOptions):
     output_gate: int = KERNEL_FLAGS["output_gate"].default
     decay_init: str = KERNEL_FLAGS["decay_init"].default
     train_state: str = KERNEL_FLAGS["train_state"].default
+    softmax_window: int = KERNEL_FLAGS["softmax_window"].default
     feature_map: str = KERNEL_FLAGS["feature_map"].default
     chunk_size: int = KERNEL_FLAGS["chunk_size"].default
     favor_features: int = KERNEL_FLAGS["favor_features"].default
@@ -191,7 +194,8 @@ class KernelOptions(MechanismOptions):
 
     GROUP = "kernel attention"
     FLAGS = KERNEL_FLAGS
-    CAUSAL_ONLY = ("chunk_size", "linear_attention", "short_conv", "output_gate", "decay_init", "train_state")
+    CAUSAL_ONLY = ("chunk_size", "linear_attention", "short_conv", "output_gate", "decay_init", "train_state",
+                   "softmax_window")
     IDENTITY_FLAGS = ("feature_map", "linear_attention")
 
     @classmethod
@@ -219,6 +223,11 @@ class KernelOptions(MechanismOptions):
             recurrent = ", ".join(sorted(linear_attentions()))
             raise ValueError(f"--train-state {self.train_state} carries a recurrent state ({recurrent}); "
                              f"--linear-attention {self.linear_attention} has none to carry: drop --train-state")
+        if int(self.softmax_window) < 0:
+            raise ValueError(f"--softmax-window is a number of positions (0: all of them), got {self.softmax_window}")
+        if int(self.softmax_window) and SOFTMAX_ATTENTION not in layout:
+            raise ValueError(f"--softmax-window applies to {SOFTMAX_ATTENTION} layers, and --linear-attention "
+                             f"{self.linear_attention} has none: drop --softmax-window")
         if int(self.short_conv) < 0 or int(self.short_conv) == 1:
             raise ValueError(f"--short-conv is the convolution's width: 0 (none) or >= 2 (4 is the papers'), "
                              f"got {self.short_conv}")

@@ -109,3 +109,60 @@ def test_the_factory_and_options():
         KernelOptions(linear_attention="softmax", decay_init="long").checked()
     with pytest.raises(ValueError, match="--feature-map favor only applies"):
         KernelOptions(linear_attention="softmax", feature_map="favor").checked()
+
+
+# ---------------------------------------------------------------------------------------------- sliding window
+def windowed(window, **kwargs):
+    attn = make(**kwargs)
+    attn.window = window
+    return attn
+
+
+@pytest.mark.parametrize("window,length", [(4, 13), (5, 5), (8, 3), (1, 6)])
+def test_a_window_is_full_attention_over_the_last_w_positions(window, length):
+    """Training block by block (W queries against their 2W-1 keys) gives each position what full attention over its
+    last W positions gives; the weights, when asked for, are zero outside the band and sum to one in it."""
+    attn = windowed(window, short_conv=0, output_gate=False)
+    full = make(short_conv=0, output_gate=False)
+    x = torch.randn(length, 2, C, dtype=torch.float64)
+    expected = torch.stack([full(x[max(0, t - window + 1): t + 1])[0][-1] for t in range(length)])
+    torch.testing.assert_close(attn(x)[0], expected, rtol=1e-10, atol=1e-10)
+    weights = attn(x, need_weights=True)[1]  # B x H x T x T (the layer's per-head weights)
+    band = torch.ones(length, length, dtype=torch.bool).tril() & ~torch.ones(length, length, dtype=torch.bool).tril(-window)
+    assert weights.shape[-2:] == (length, length) and (weights[..., ~band] == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones_like(weights.sum(-1)))
+
+
+@pytest.mark.parametrize("prompt", [1, 6])
+@pytest.mark.parametrize("side", [None, "left", "right"])
+def test_a_window_decodes_as_its_forward_with_a_w_token_cache(prompt, side):
+    """Decoding keeps only the last W keys and values, and gives the windowed forward's outputs, padded batches
+    included (positions are counted with the pads, which is exact for both sides); beams reorder the cache."""
+    attn = windowed(4)
+    if side is None:
+        x, mask = torch.randn(13, 3, C, dtype=torch.float64), None
+    else:
+        x, mask, _ = padded_batch([torch.randn(n, 1, C, dtype=torch.float64) for n in (13, 9, 4)], side)
+    state = {}
+    decoded = decode(attn, x, state, prompt, padding=mask)
+    expected = attn(x, key_padding_mask=mask)[0]
+    real = torch.ones_like(expected[..., 0], dtype=torch.bool) if mask is None else ~mask.t()
+    torch.testing.assert_close(decoded[real], expected[real], rtol=1e-10, atol=1e-10)
+    assert attn._get_input_buffer(state)[CausalSoftmaxAttention.KEY].size(2) == 4
+    order = torch.tensor([2, 0, 1])
+    attn.reorder_incremental_state(state, order)
+    step = torch.randn(1, 3, C, dtype=torch.float64)
+    stepped, _ = attn(step, incremental_state=state)
+    joined = torch.cat([x[:, order], step]) if mask is None else None
+    if joined is not None:
+        torch.testing.assert_close(stepped[0], attn(joined)[0][-1], rtol=1e-10, atol=1e-10)
+
+
+def test_the_window_option_is_checked_and_reaches_the_softmax_layers():
+    options = KernelOptions(linear_attention="gated-delta,softmax", softmax_window=8).checked()
+    layers = [build_attention(options, i, LayerShape(C, H, causal=True)) for i in range(2)]
+    assert layers[1].window == 8 and not hasattr(layers[0], "window")
+    with pytest.raises(ValueError, match="--softmax-window applies to softmax layers"):
+        KernelOptions(linear_attention="gated-delta", softmax_window=8).checked()
+    with pytest.raises(ValueError, match="--softmax-window is a number of positions"):
+        KernelOptions(linear_attention="softmax", softmax_window=-1).checked()

@@ -102,13 +102,15 @@ def test_a_carried_training_state_through_fairseq_train(spm_data, tmp_path):
 
 
 def test_a_hybrid_layout_through_the_command_lines(spm_data, tmp_path):
-    """--arch linear_transformer_lm_hybrid's layout, small: fairseq-train, fairseq-eval-lm with a context window (a
-    key/value cache in the softmax layers, states in the others) and fairseq-generate with beam search."""
+    """--arch linear_transformer_lm_hybrid's layout, small, with a sliding-window softmax layer: fairseq-train,
+    fairseq-eval-lm with a context window (a key/value cache in the softmax layer, states in the others) and
+    fairseq-generate with beam search."""
     data, _ = spm_data
     log = train_lm(data, tmp_path, "--linear-attention", "gated-delta,gated-delta,softmax", "--chunk-size", "16",
-                   "--decoder-layers", "3", updates=4)
+                   "--decoder-layers", "3", "--softmax-window", "16", updates=4)
     # torch prints the two identical gated-delta layers once, as "(0-1): 2 x"
     assert "(0-1): 2 x" in log and "GatedDeltaNetAttention(" in log and "CausalSoftmaxAttention(" in log, log[-3000:]
+    assert "window=16" in log  # the softmax layer's sliding window (64-token samples: trained block by block)
     log = run("fairseq-eval-lm", data, "--user-dir", USER_DIR, "--path", tmp_path / "checkpoint_last.pt", "--cpu",
               "--gen-subset", "test", "--tokens-per-sample", "64", "--context-window", "32", "--batch-size", "4")
     assert 1 < float(re.findall(r"Perplexity: ([0-9.]+)", log)[-1]) < 10_000
