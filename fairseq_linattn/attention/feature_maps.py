@@ -81,6 +81,58 @@ class ReluFeatureMap(FeatureMap):
         return F.relu(x.to(compute_dtype(x)))
 
 
+class LearnedFeatureMap(FeatureMap):
+    """A map with weights of its own, one set per head (``num_heads``; 1: one set shared by every head), initialised
+    so that it starts as a fixed map; trained with the model or, first, to mimic softmax attention (attention
+    transfer, as Hedgehog's and LoLCATs' conversions of trained models do)."""
+
+    def __init__(self, head_dim: int, num_heads: int = 1):
+        super().__init__(head_dim)
+        self.num_heads = num_heads
+        self.weight = nn.Parameter(torch.eye(head_dim).repeat(num_heads, 1, 1))  # H x M x D: the identity
+
+    def project(self, x: Tensor) -> Tensor:
+        """W x per head (B x H x T x D -> B x H x T x M) in the compute dtype."""
+        x = x.to(compute_dtype(x))
+        return torch.matmul(x, self.weight.to(x.dtype).transpose(-1, -2))
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, heads={self.num_heads}"
+
+
+@register_feature_map("hedgehog")
+class HedgehogFeatureMap(LearnedFeatureMap):
+    """Hedgehog (Zhang et al. 2024): φ(x) = [softmax(W x), softmax(-W x)], W per head initialised to the identity.
+    Positive and spiky like softmax attention's weights (its features sum to 2, so every normaliser is positive),
+    with 2 D features."""
+
+    kind = "hedgehog"
+
+    @property
+    def feature_dim(self) -> int:
+        return 2 * self.head_dim
+
+    def forward(self, x, is_query):
+        wx = self.project(x)
+        return torch.cat([torch.softmax(wx, -1), torch.softmax(-wx, -1)], -1)
+
+
+@register_feature_map("t2r")
+class T2RFeatureMap(LearnedFeatureMap):
+    """T2R (Kasai et al. 2021): φ(x) = relu(W x + b), W per head initialised to the identity and b to 0: relu's map
+    until trained."""
+
+    kind = "t2r"
+
+    def __init__(self, head_dim: int, num_heads: int = 1):
+        super().__init__(head_dim, num_heads)
+        self.bias = nn.Parameter(torch.zeros(num_heads, 1, head_dim))  # H x 1 x M
+
+    def forward(self, x, is_query):
+        wx = self.project(x)
+        return F.relu(wx + self.bias.to(wx.dtype))
+
+
 @register_feature_map("favor")
 class FavorFeatureMap(FeatureMap):
     """Performer's FAVOR+ (Choromanski et al. 2021): positive orthogonal random features.

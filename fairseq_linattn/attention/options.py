@@ -165,7 +165,8 @@ KERNEL_FLAGS = {
                         "state passing, for lengths past the training one; docs/options.md)",
                         choices=["zero", "carried"]),
     "feature_map": Flag(KernelAttention.DEFAULT_FEATURE_MAP, str,
-                        "the kernel feature map φ (elu: elu+1, relu, favor: Performer's FAVOR+)",
+                        "the kernel feature map φ (elu: elu+1, relu, favor: Performer's FAVOR+; learned, with weights "
+                        "per head: hedgehog, t2r)",
                         choices=sorted(FEATURE_MAPS)),
     "chunk_size": Flag(KernelAttention.DEFAULT_CHUNK_SIZE, int,
                        "chunk length of the causal training op (masked products inside a chunk)"),

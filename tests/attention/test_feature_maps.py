@@ -182,3 +182,20 @@ def test_favor_omega_is_saved_and_loaded():
     # the restored module knows which draw it holds: resuming at update 25 keeps it
     restored.train().set_num_updates(25)
     assert torch.equal(restored.omega, trained.omega)
+
+
+def test_learned_maps_start_as_fixed_ones_and_learn_per_head():
+    """t2r starts as relu and hedgehog as [softmax(x), softmax(-x)] (W the identity, b 0); in a kernel attention
+    each head has its own weights, which get gradients through the attention."""
+    x = torch.randn(2, 3, 5, 8)
+    torch.testing.assert_close(build_feature_map("t2r", 8)(x, is_query=True), torch.relu(x))
+    hedgehog = build_feature_map("hedgehog", 8)(x, is_query=False)
+    assert hedgehog.shape[-1] == 16
+    torch.testing.assert_close(hedgehog, torch.cat([x.softmax(-1), (-x).softmax(-1)], -1))
+    torch.testing.assert_close(hedgehog.sum(-1), torch.full_like(hedgehog[..., 0], 2.0))
+    for name in ("hedgehog", "t2r"):
+        attn = KernelAttention(32, 4, feature_map=name, causal=True)
+        assert attn.feature_map.weight.shape == (4, 8, 8)
+        attn(torch.randn(6, 2, 32))[0].sum().backward()
+        grad = attn.feature_map.weight.grad
+        assert grad is not None and all(grad[h].abs().sum() > 0 for h in range(4))
