@@ -28,6 +28,7 @@ from .ops.linear_attn import (
     linear_attention_weights,
     recurrent_linear_attention_step,
 )
+from .ops.softmax import softmax_attention
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +79,16 @@ class KernelAttention(SelfAttention):
         if dropout > 0:
             warn_dropout_ignored()
 
+    # attention transfer (``--criterion attention_transfer``): when set, training also computes what softmax attention
+    # over the same projections gives, and keeps the mean squared difference of the two outputs in transfer_loss
+    transfer = False
+    transfer_loss: Optional[Tensor] = None
+
     def attend(self, query, padding_mask, attn_mask, incremental_state, need_weights):
         self.check_attn_mask(attn_mask, query.size(0), incremental_state is not None)
-        q = self.feature_map(self.split_heads(self.q_proj(query)), is_query=True)
-        k, k_log_scale = self.feature_map.key_features(self.split_heads(self.k_proj(query)))
+        q_heads, k_heads = self.split_heads(self.q_proj(query)), self.split_heads(self.k_proj(query))
+        q = self.feature_map(q_heads, is_query=True)
+        k, k_log_scale = self.feature_map.key_features(k_heads)
         v = self.split_heads(self.v_proj(query))
         if padding_mask is not None:
             # filled rather than multiplied by 0: a pad whose values overflowed (inf * 0 = nan) is removed too
@@ -105,7 +112,24 @@ class KernelAttention(SelfAttention):
         weights = None
         if need_weights:
             weights = linear_attention_weights(q, k, self.causal, eps, key_log_scale=k_log_scale).to(query.dtype)
+        if self.transfer and incremental_state is None:
+            self.transfer_loss = self.softmax_difference(out, q_heads, k_heads, v, padding_mask)
         return out, weights
+
+    def softmax_difference(self, out: Tensor, q: Tensor, k: Tensor, v: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
+        """Mean squared difference (over real positions) between this attention's output and softmax attention's over
+        the same projections (the teacher: no gradient; scaled by head_dim^-0.5, causal if this attention is)."""
+        future = None
+        if self.causal:
+            future = torch.ones(q.size(2), q.size(2), dtype=torch.bool, device=q.device).triu(1)
+        with torch.no_grad():
+            teacher, _ = softmax_attention(q, k, v, key_padding_mask=padding_mask, attn_mask=future,
+                                           scale=self.head_dim ** -0.5)
+        squared = (out.float() - teacher.float()).pow(2).mean(-1)  # B x H x T
+        if padding_mask is None:
+            return squared.mean()
+        real = ~padding_mask[:, None, :]
+        return (squared * real).sum() / (real.sum() * squared.size(1)).clamp(min=1)
 
     # Keys with a log scale (FAVOR+) are positive, so their normaliser is never 0 but by underflow; it is
     # measured against a reference (the largest key scale so far), so a fixed 1e-6 weighed differently at every

@@ -1,2 +1,2 @@
 """fairseq criterions of the plugin; importing this module registers them."""
-from . import associative_recall  # noqa: F401
+from . import associative_recall, attention_transfer  # noqa: F401

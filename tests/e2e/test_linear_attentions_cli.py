@@ -119,3 +119,17 @@ def test_a_hybrid_layout_through_the_command_lines(spm_data, tmp_path):
               "--gen-subset", "test", "--sample-break-mode", "eos", "--tokens-per-sample", "64",
               "--skip-invalid-size-inputs-valid-test", "--max-sentences", "4", "--max-tokens", "400")
     assert len(re.findall(r"^H-\d+\t", log, flags=re.M)) >= 4, log[-2000:]
+
+
+def test_attention_transfer_then_a_finetune(spm_data, tmp_path):
+    """Attention transfer through fairseq-train (--criterion attention_transfer: the hedgehog maps learn to mimic
+    softmax over the model's own projections, the task's loss logged beside), then the usual criterion from there."""
+    data, _ = spm_data
+    log = train_lm(data, tmp_path / "transfer", "--feature-map", "hedgehog", "--criterion", "attention_transfer",
+                   updates=6)
+    losses = [float(x) for x in re.findall(r"\| loss ([0-9.]+) \| task_loss", log)]
+    assert losses and "task_loss" in log, log[-3000:]
+    log = train_lm(data, tmp_path / "finetune", "--feature-map", "hedgehog", "--restore-file",
+                   tmp_path / "transfer" / "checkpoint_last.pt", "--reset-optimizer", "--reset-dataloader",
+                   "--reset-meters", updates=2)
+    assert 0 < valid_loss(log) < 20
