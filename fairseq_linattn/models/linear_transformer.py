@@ -86,8 +86,9 @@ def attention_roles(args) -> Tuple[KernelOptions, KernelOptions]:
                          f"{mechanism}, --encoder-attention softmax, --cross-attention softmax): drop --feature-map")
     self_attention = KernelOptions(**{**flags, "feature_map": feature_map if decoder_kernel
                                       else KernelAttention.DEFAULT_FEATURE_MAP}).checked()
+    # the decoder's own options (its mechanisms' decay, carried state, softmax window) are not kernel attention's
     kernel = replace(self_attention, linear_attention=KERNEL_ATTENTION, feature_map=feature_map,
-                     decay_init=DEFAULT_DECAY_INIT).checked()
+                     decay_init=DEFAULT_DECAY_INIT, train_state="zero", softmax_window=0).checked()
     return self_attention, kernel
 
 

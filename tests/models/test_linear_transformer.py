@@ -185,6 +185,9 @@ ROLES = {
     "softmax encoder, retention decoder, relu cross": dict(encoder_attention="softmax", linear_attention="retention",
                                                            feature_map="relu"),
     "softmax decoder": dict(linear_attention="softmax"),
+    "hybrid decoder, sliding window, carried state": dict(encoder_attention="softmax",
+                                                          linear_attention="gated-delta,softmax", softmax_window=4,
+                                                          train_state="carried"),
 }
 
 
@@ -192,9 +195,9 @@ ROLES = {
 def test_each_role_gets_its_own_attention(roles):
     model, _ = translation_model(**roles)
     decoder_self = [layer.self_attn for layer in model.decoder.layers]
-    mechanism = roles.get("linear_attention", "kernel")
-    expected = {"kernel": KernelAttention, "softmax": CausalSoftmaxAttention}.get(mechanism)
-    assert all(type(attn) is (expected or linear_attentions()[mechanism]) for attn in decoder_self)
+    layout = roles.get("linear_attention", "kernel").split(",")
+    classes = {"kernel": KernelAttention, "softmax": CausalSoftmaxAttention, **linear_attentions()}
+    assert [type(attn) for attn in decoder_self] == [classes[layout[i % len(layout)]] for i in range(len(decoder_self))]
     encoder_self = [layer.self_attn for layer in model.encoder.layers]
     if roles.get("encoder_attention") == "softmax":
         assert all(type(attn) is MultiheadAttention for attn in encoder_self)  # fairseq's own layer
