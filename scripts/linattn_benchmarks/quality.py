@@ -31,7 +31,7 @@ of 1.0 means the model learned nothing from context.
 import math
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -56,7 +56,7 @@ from .fairseq_runs import (
 )
 from .machine import machine_line
 from .report import curve_axes, md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point, names_among
+from .runner import ROOT, Study, entry_point, names_among, positive_int
 
 # name -> (arch, options): the masked-LM encoders compared; k is a function of n
 MLM_MODELS = {
@@ -132,6 +132,7 @@ class Scale:
     mlm_models: Tuple[str, ...] = tuple(MLM_MODELS)
     lm_models: Tuple[str, ...] = (SOFTMAX_LM, LINEAR_LM, "linear relu", "linear FAVOR+")
     mechanism_models: Tuple[str, ...] = MECHANISM_MODELS
+    seed: int = 1  # every training run's (--seed: a second seed for the spread of a headline number)
 
     @property
     def ffn(self) -> int:
@@ -157,7 +158,7 @@ SCALES = {
 }
 
 
-COMMON = ["--num-workers", "0", "--seed", "1", "--log-format", "simple", "--no-epoch-checkpoints", "--no-last-checkpoints",
+COMMON = ["--num-workers", "0", "--log-format", "simple", "--no-epoch-checkpoints", "--no-last-checkpoints",
           "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
           "--clip-norm", "1.0", "--lr-scheduler", "polynomial_decay", "--weight-decay", "0.01"]
 FINETUNE_DROPOUT = 0.1
@@ -192,7 +193,7 @@ class Quality:
                       "--lr", lr, "--warmup-updates", max(1, updates // 10), "--total-num-update", updates,
                       "--max-update", updates, "--validate-interval-updates", validate_every, *saving,
                       "--save-dir", save, "--log-interval", min(10, max(1, updates // 8)), *s.device, *COMMON,
-                      log=log_path, echo=echo)
+                      "--seed", s.seed, log=log_path, echo=echo)
         run = {"save": save, "best": save / "checkpoint_best.pt", "log": log_path, "curve": valid_curve(log, metric),
                "train_curve": train_curve(log), "params": parameter_count(log),
                "seconds_per_update": seconds_per_update(log), "train_seconds": train_seconds(log)}
@@ -289,9 +290,10 @@ class QualityBenchmark(Study):
                             help="data, checkpoints and logs (results go to --out)")
         parser.add_argument("--only", default="mlm,length,lm,extrapolation,finetune",
                             help="comma-separated parts to run (default: all)")
+        parser.add_argument("--seed", type=positive_int, default=1, help="every training run's seed (default 1)")
 
     def measure(self, args, data):
-        scale = SCALES["quick" if args.quick else args.scale]
+        scale = replace(SCALES["quick" if args.quick else args.scale], seed=args.seed)
         work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
         parts = set(args.only.split(","))
         if work.exists():
@@ -488,7 +490,8 @@ def render(data, title: str = "the linear attentions side by side with softmax o
              f"{s.mlm_updates} updates, causal LM {s.lm_updates}, finetuning {s.finetune_updates} (batch 32); "
              f"Adam, lr {s.mlm_lr:g} (masked LM) / {s.lm_lr:g} (causal LM) / {s.finetune_lr:g} (finetuning), "
              f"polynomial decay, 10% warm-up, dropout 0.1, "
-             f"pre-LN (`--encoder-normalize-before`, `--decoder-normalize-before`), seed 1; `{' '.join(s.device)}`. Took "
+             f"pre-LN (`--encoder-normalize-before`, `--decoder-normalize-before`), seed {s.seed}; "
+             f"`{' '.join(s.device)}`. Took "
              f"{study['total_s'] / 60:.0f} min ({', '.join(f'{k} {v / 60:.1f}' for k, v in study['stages_s'].items())}).",
              "", f"Unigram perplexity of the test split (token frequencies of train, no context): **{unigram:.1f}**.", ""]
     verdicts = []
