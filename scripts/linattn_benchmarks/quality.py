@@ -87,10 +87,10 @@ SOFTMAX_CONV_GATE = "softmax+conv+gate"
 LM_MODELS[SOFTMAX_CONV_GATE] = ("linear_transformer_lm", ["--linear-attention", "softmax"])
 # past the training length: the recurrent state on its own (no positional embeddings: positions it never saw cannot
 # hurt it), and trained from carried states (--train-state carried: the states long inputs reach); --models picks them
-PAST_LENGTH = {"gated-delta-nopos": ["--no-token-positional-embeddings"],
-               "gated-delta-nopos-carried": ["--no-token-positional-embeddings", "--train-state", "carried"]}
-LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", "gated-delta", *extra])
-                  for name, extra in PAST_LENGTH.items()})
+PAST_LENGTH = {f"{name}-nopos": (name, ["--no-token-positional-embeddings"]) for name in GATED_MECHANISMS}
+PAST_LENGTH["gated-delta-nopos-carried"] = ("gated-delta", ["--no-token-positional-embeddings", "--train-state", "carried"])
+LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", mechanism, *extra])
+                  for name, (mechanism, extra) in PAST_LENGTH.items()})
 OUTPUT_GATED = (SOFTMAX_CONV_GATE, *GATED_MECHANISMS, *PAST_LENGTH)  # the models whose FFN pays for the output gate
 MECHANISM_MODELS = (SOFTMAX_LM, SOFTMAX_CONV_GATE, LINEAR_LM, *GATED_MECHANISMS)
 
