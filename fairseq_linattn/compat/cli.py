@@ -115,7 +115,13 @@ def command_line_problem(args):
             probe.max_positions = getattr(probe, "tokens_per_sample", None)
         stack = model.attention_stack()
         try:
-            stack.checked_options(probe)
+            options = stack.checked_options(probe)
+            if getattr(args, "criterion", None) == "attention_transfer":
+                from ..criterions.attention_transfer import startup_problem
+
+                transfer = startup_problem(options, getattr(args, "transfer_params", "feature-maps"))
+                if transfer:
+                    return transfer
             width, heads = (getattr(probe, f"{stack.side}_{name}", None) for name in ("embed_dim", "attention_heads"))
             if width is not None and heads is not None:
                 check_heads(int(width), int(heads), stack.side)

@@ -15,10 +15,21 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from ..attention.feature_maps import FeatureMap
+from ..attention.feature_maps import FEATURE_MAPS, FeatureMap
 from ..attention.kernel import KernelAttention
 
 TRANSFER_PARAMS = ("feature-maps", "all")
+NO_WEIGHTS = ("the feature map has no weights to train; use a learned one (--feature-map hedgehog or t2r) or "
+              "--transfer-params all")
+
+
+def startup_problem(options, transfer_params: str):
+    """The command line's check (compat.cli): training only the feature maps of a map without weights."""
+    feature_map = getattr(options, "feature_map", None)
+    if transfer_params == "feature-maps" and feature_map is not None:
+        if not any(True for _ in FEATURE_MAPS[feature_map](8).parameters()):
+            return f"--criterion attention_transfer --transfer-params feature-maps: {NO_WEIGHTS}"
+    return None
 
 
 @dataclass
@@ -50,8 +61,7 @@ class AttentionTransferCriterion(FairseqCriterion):
             learned = {id(p) for layer in layers for m in layer.modules() if isinstance(m, FeatureMap)
                        for p in m.parameters()}
             if not learned:
-                raise ValueError("--transfer-params feature-maps: the feature map has no weights to train; use a "
-                                 "learned one (--feature-map hedgehog or t2r) or --transfer-params all")
+                raise ValueError(f"--transfer-params feature-maps: {NO_WEIGHTS}")
             for p in model.parameters():
                 p.requires_grad_(id(p) in learned)
         self._frozen = True

@@ -29,6 +29,7 @@ from fairseq_linattn.attention.ops import fla_kernels
 from fairseq_linattn.models.standalone import DictionaryTask, build_model
 
 from .report import fmt_x, log_axes, md_table, pyplot, write_outputs
+from .runner import existing_file
 
 TABLES = ("linformer", "ops", "lm_training", "decoding")
 DTYPE = torch.bfloat16
@@ -561,7 +562,7 @@ def main(argv=None):
     parser.add_argument("--batches", type=ints, default=ints("1,64"))
     parser.add_argument("--decode-shape", type=ints, default=ints("6,768,12"), help="layers,dim,heads")
     parser.add_argument("--vocab", type=int, default=8192)
-    parser.add_argument("--render", nargs="+", metavar="JSON",
+    parser.add_argument("--render", nargs="+", metavar="JSON", type=existing_file,
                         help="write the tables' markdown and figures again from their JSON (gpu_<table>.json), "
                              "e.g. one that a stopped run left; measures nothing")
     parser.add_argument("--cpu-dry-run", action="store_true",

@@ -26,7 +26,7 @@ from fairseq_linattn.attention.recurrent_state import linear_attentions
 from .fairseq_runs import USER_DIR, fairseq, parameter_count, say, seconds_per_update, train_seconds
 from .machine import machine_line
 from .report import md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point, names_among, positive_floats, positive_int, positive_ints
+from .runner import ROOT, Study, entry_point, existing_file, names_among, positive_floats, positive_int, positive_ints
 
 SOFTMAX = "softmax"
 GATED = tuple(sorted(linear_attentions()))  # --linear-attention's mechanisms with a decay, gate or delta rule
@@ -187,7 +187,7 @@ class RecallBenchmark(Study):
         parser.add_argument("--updates", type=positive_int, default=None, help="updates per run (default: the scale's)")
         parser.add_argument("--fresh", action="store_true", help="train every run again (default: a run whose log "
                             "says it finished is read back)")
-        parser.add_argument("--earlier", nargs="+", default=[], metavar="JSON",
+        parser.add_argument("--earlier", nargs="+", default=[], metavar="JSON", type=existing_file,
                             help="results of earlier calls (their recall.json): their runs count as finished, so that "
                                  "sweeps run apart, on other machines too, make one table")
         parser.add_argument("--no-train", action="store_true",

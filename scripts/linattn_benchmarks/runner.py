@@ -138,6 +138,13 @@ def positive_list(kind: type, what: str, example: str):
     return parse
 
 
+def existing_file(text: str) -> str:
+    """An argparse ``type``: a path to a file that is there (a results JSON to read back)."""
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"{text} is not a file (a results JSON written by an earlier run)")
+    return text
+
+
 def names_among(known) -> Callable[[str], List[str]]:
     """An argparse ``type``: comma-separated names, each one of ``known`` (read when the command line is parsed)."""
     def parse(text: str) -> List[str]:

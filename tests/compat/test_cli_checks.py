@@ -26,6 +26,7 @@ def parse_error(monkeypatch, capsys, make_parser, *argv):
     ("linear_transformer_lm", ["--linear-attention", "gla", "--feature-map", "relu"],
      "--feature-map relu only applies to --linear-attention kernel"),
     ("linear_transformer_lm", ["--train-state", "carried"], "--train-state carried carries a recurrent state"),
+    ("linear_transformer_lm", ["--criterion", "attention_transfer"], "the feature map has no weights to train"),
     ("linformer_roberta_base", ["--compressed", "0"], "--compressed is n/k and must be in [1, --max-positions"),
     ("linear_roberta_base", ["--encoder-attention-heads", "5"], "--encoder-attention-heads 5 must divide"),
 ])
