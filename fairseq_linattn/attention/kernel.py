@@ -13,7 +13,6 @@ This module only does projections, feature maps, masking and state; the math is 
   quadratic): for inspection only, not available while decoding incrementally.
 """
 import functools
-import inspect
 import logging
 from typing import Optional, Union
 
@@ -21,7 +20,7 @@ import torch
 from torch import Tensor
 
 from .base import SelfAttention
-from .feature_maps import FEATURE_MAPS, FeatureMap, build_feature_map
+from .feature_maps import FEATURE_MAPS, FeatureMap, LearnedFeatureMap, build_feature_map
 from .ops.linear_attn import (
     causal_linear_attention,
     linear_attention,
@@ -67,8 +66,8 @@ class KernelAttention(SelfAttention):
     ):
         super().__init__(embed_dim, num_heads, dropout, bias, q_noise, qn_block_size, kdim)
         if isinstance(feature_map, str):
-            if "num_heads" in inspect.signature(FEATURE_MAPS.get(feature_map, FeatureMap)).parameters:
-                feature_map_options.setdefault("num_heads", num_heads)  # a learned map: its weights per head
+            if issubclass(FEATURE_MAPS.get(feature_map, FeatureMap), LearnedFeatureMap):
+                feature_map_options.setdefault("num_heads", num_heads)  # its weights per head
             feature_map = build_feature_map(feature_map, self.head_dim, **feature_map_options)
         elif feature_map_options:
             raise ValueError(f"feature map options {sorted(feature_map_options)} need a feature map name")

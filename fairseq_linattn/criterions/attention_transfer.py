@@ -15,7 +15,7 @@ from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
-from ..attention.feature_maps import FEATURE_MAPS, FeatureMap
+from ..attention.feature_maps import FEATURE_MAPS, FeatureMap, LearnedFeatureMap
 from ..attention.kernel import KernelAttention
 
 TRANSFER_PARAMS = ("feature-maps", "all")
@@ -26,9 +26,9 @@ NO_WEIGHTS = ("the feature map has no weights to train; use a learned one (--fea
 def startup_problem(options, transfer_params: str):
     """The command line's check (compat.cli): training only the feature maps of a map without weights."""
     feature_map = getattr(options, "feature_map", None)
-    if transfer_params == "feature-maps" and feature_map is not None:
-        if not any(True for _ in FEATURE_MAPS[feature_map](8).parameters()):
-            return f"--criterion attention_transfer --transfer-params feature-maps: {NO_WEIGHTS}"
+    if transfer_params == "feature-maps" and feature_map is not None and not issubclass(FEATURE_MAPS[feature_map],
+                                                                                          LearnedFeatureMap):
+        return f"--criterion attention_transfer --transfer-params feature-maps: {NO_WEIGHTS}"
     return None
 
 

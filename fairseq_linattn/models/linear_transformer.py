@@ -30,7 +30,7 @@ from omegaconf import OmegaConf
 from ..attention import KernelOptions, LayerShape, build_attention, option
 from ..attention.decay_init import DEFAULT_DECAY_INIT
 from ..attention.kernel import KernelAttention
-from ..attention.options import ALIASES, KERNEL_ATTENTION
+from ..attention.options import KERNEL_ATTENTION
 from .archs import register_archs
 from .layers import DecoderLayer, SwappedAttentionDecoder, SwappedAttentionEncoder, wrap_layer
 from .plugin_model import PluginModel
@@ -75,8 +75,8 @@ def attention_roles(args) -> Tuple[KernelOptions, KernelOptions]:
     each checked. ``--linear-attention`` is the decoder's alone; ``--feature-map`` belongs to whichever roles use
     kernel attention, and is refused where none does."""
     flags = KernelOptions.flag_values(args)
-    mechanism = ",".join(ALIASES.get(name, name) for name in str(flags["linear_attention"]).split(","))
-    decoder_kernel = KERNEL_ATTENTION in mechanism.split(",")  # every layer's, or some layers' in a layout
+    mechanism = flags["linear_attention"]
+    decoder_kernel = KERNEL_ATTENTION in KernelOptions(**flags).layout()  # every layer's, or some layers' in a layout
     kernel_roles = [role for role, kind in (("the decoder", KERNEL_ATTENTION if decoder_kernel else None),
                                             ("the encoder", encoder_attention_kind(args)),
                                             ("the cross-attention", cross_attention_kind(args))) if kind == "kernel"]
