@@ -3,7 +3,7 @@ from setuptools import find_namespace_packages, setup
 
 setup(
     name="fairseq_linattn",
-    version="0.1.0",
+    version="0.2.0",
     description="Linformer and linear-transformer attention as a fairseq plugin",
     long_description=open("README.md", encoding="utf-8").read() if __import__("os").path.exists("README.md") else "",
     long_description_content_type="text/markdown",

@@ -10,4 +10,4 @@ apply_fairseq_fixes()
 
 from . import criterions, models, tasks  # noqa: E402,F401  (registers the models, tasks and criterions with fairseq)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -85,8 +85,11 @@ def build_kernel_attention(options: KernelOptions, layer_index: int, shape: Laye
     if shape.source_dim is not None:
         return KernelCrossAttention(shape.embed_dim, shape.num_heads, source_dim=shape.source_dim, **feature_map,
                                     **shape.common())
+    around = {}  # the convolution and the gate are a causal self-attention's (a decoder's)
+    if shape.causal:
+        around = dict(short_conv=options.short_conv_width(mechanism), output_gate=options.has_output_gate(mechanism))
     return KernelAttention(shape.embed_dim, shape.num_heads, causal=shape.causal, chunk_size=int(options.chunk_size),
-                           **feature_map, **shape.common())
+                           **around, **feature_map, **shape.common())
 
 
 def build_causal_attention(options: KernelOptions, shape: LayerShape, name: str) -> SelfAttention:
@@ -97,7 +100,8 @@ def build_causal_attention(options: KernelOptions, shape: LayerShape, name: str)
         raise ValueError(f"--linear-attention {name} is a causal (decoder) mechanism and cannot be {where}: it is "
                          f"for linear_transformer_lm; encoders use kernel attention (--linear-attention "
                          f"{KERNEL_ATTENTION})")
-    around = dict(short_conv=int(options.short_conv), output_gate=bool(int(options.output_gate)), **shape.common())
+    around = dict(short_conv=options.short_conv_width(name), output_gate=options.has_output_gate(name),
+                  **shape.common())
     if name == SOFTMAX_ATTENTION:
         return CausalSoftmaxAttention(shape.embed_dim, shape.num_heads, window=int(options.softmax_window), **around)
     return linear_attentions()[name](shape.embed_dim, shape.num_heads, chunk_size=int(options.chunk_size),

@@ -31,7 +31,7 @@ class CausalAttention(SelfAttention):
     :meth:`mix` (and :meth:`normalise` when their output needs a norm before the gate)."""
 
     DEFAULT_SHORT_CONV = 4
-    CONV_KEY = "conv_cache"
+    CONV_KEY = ShortConvolution.CACHE_KEY
 
     def __init__(self, embed_dim: int, num_heads: int, short_conv: int = DEFAULT_SHORT_CONV,
                  output_gate: bool = True, dropout: float = 0.0, bias: bool = True, q_noise: float = 0.0,
@@ -66,9 +66,7 @@ class CausalAttention(SelfAttention):
         if padding_mask is not None:  # as the convolution's own zero padding (the projections have biases)
             qkv = qkv.masked_fill(padding_mask.unsqueeze(-1), 0.0)
         if self.conv is not None:
-            qkv, conv_cache = self.conv(qkv, None if buffer is None else buffer.get(self.CONV_KEY))
-            if buffer is not None:
-                buffer[self.CONV_KEY] = conv_cache
+            qkv = self.conv.cached(qkv, buffer)
         q, k, v = (self.split_heads(part.transpose(0, 1)) for part in qkv.chunk(3, -1))
         out, weights = self.mix(x, q, k, v, padding_mask, buffer, need_weights)
         if buffer is not None:

@@ -11,13 +11,18 @@ This module only does projections, feature maps, masking and state; the math is 
   fairseq's call signature and logs a warning once when nonzero.
 * ``need_weights`` returns the attention matrix the linear form computes implicitly (B x H x T x S,
   quadratic): for inspection only, not available while decoding incrementally.
+* Causal mode takes the short convolution and the output gate of the other causal mechanisms
+  (:mod:`.causal`; ``short_conv``, ``output_gate``), off by default as in the paper: what they buy is then
+  measured on the mechanism that lacks them. The gate multiplies the output directly (the normaliser has
+  already fixed its scale): out = o * SiLU(W_g x).
 """
 import functools
 import logging
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from .base import SelfAttention
 from .feature_maps import FEATURE_MAPS, FeatureMap, LearnedFeatureMap, build_feature_map
@@ -28,6 +33,7 @@ from .ops.linear_attn import (
     recurrent_linear_attention_step,
 )
 from .ops.softmax import softmax_attention
+from .short_conv import ShortConvolution
 
 logger = logging.getLogger(__name__)
 
@@ -62,9 +68,16 @@ class KernelAttention(SelfAttention):
         q_noise: float = 0.0,
         qn_block_size: int = 8,
         kdim: Optional[int] = None,
+        short_conv: int = 0,
+        output_gate: bool = False,
         **feature_map_options,
     ):
         super().__init__(embed_dim, num_heads, dropout, bias, q_noise, qn_block_size, kdim)
+        if (short_conv or output_gate) and not causal:
+            raise ValueError("the short convolution and the output gate are a causal (decoder) attention's: build "
+                             "the layer with causal=True, or without them")
+        self.conv = ShortConvolution(3 * embed_dim, short_conv) if short_conv else None
+        self.gate_proj = nn.Linear(embed_dim, embed_dim, bias=bias) if output_gate else None
         if isinstance(feature_map, str):
             if issubclass(FEATURE_MAPS.get(feature_map, FeatureMap), LearnedFeatureMap):
                 feature_map_options.setdefault("num_heads", num_heads)  # its weights per head
@@ -85,10 +98,10 @@ class KernelAttention(SelfAttention):
 
     def attend(self, query, padding_mask, attn_mask, incremental_state, need_weights):
         self.check_attn_mask(attn_mask, query.size(0), incremental_state is not None)
-        q_heads, k_heads = self.split_heads(self.q_proj(query)), self.split_heads(self.k_proj(query))
+        buffer = self._get_input_buffer(incremental_state) if incremental_state is not None else None
+        q_heads, k_heads, v = self.project(query, padding_mask, buffer)
         q = self.feature_map(q_heads, is_query=True)
         k, k_log_scale = self.feature_map.key_features(k_heads)
-        v = self.split_heads(self.v_proj(query))
         if padding_mask is not None:
             # filled rather than multiplied by 0: a pad whose values overflowed (inf * 0 = nan) is removed too
             pads = padding_mask[:, None, :, None]  # B x 1 x T x 1
@@ -103,7 +116,8 @@ class KernelAttention(SelfAttention):
                     "attention weights are not available while decoding incrementally: the recurrent state "
                     "summarises the past keys instead of keeping them"
                 )
-            out = self.decode(q, k, v, k_log_scale, incremental_state, eps)
+            out = self.decode(q, k, v, k_log_scale, buffer, eps)
+            self._set_input_buffer(incremental_state, buffer)
         elif self.causal:
             out = causal_linear_attention(q, k, v, self.chunk_size, eps=eps, key_log_scale=k_log_scale)
         else:
@@ -113,7 +127,21 @@ class KernelAttention(SelfAttention):
             weights = linear_attention_weights(q, k, self.causal, eps, key_log_scale=k_log_scale).to(query.dtype)
         if self.transfer and incremental_state is None:
             self.transfer_loss = self.softmax_difference(out, q_heads, k_heads, v, padding_mask)
+        if self.gate_proj is not None:
+            out = out * F.silu(self.split_heads(self.gate_proj(query)))
         return out, weights
+
+    def project(self, x: Tensor, padding_mask: Optional[Tensor], buffer) -> Tuple[Tensor, Tensor, Tensor]:
+        """The per-head queries, keys and values (B x H x T x D) of the layer input ``x`` (T x B x C), through the
+        short convolution when there is one: a padded position's projections are zeroed first (they have
+        biases), as the convolution's own zero padding, so that no real position sees a pad through it."""
+        if self.conv is None:
+            return self.split_heads(self.q_proj(x)), self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
+        qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], -1).transpose(0, 1)  # B x T x 3C
+        if padding_mask is not None:
+            qkv = qkv.masked_fill(padding_mask.unsqueeze(-1), 0.0)
+        qkv = self.conv.cached(qkv, buffer)
+        return tuple(self.split_heads(part.transpose(0, 1)) for part in qkv.chunk(3, -1))
 
     def softmax_difference(self, out: Tensor, q: Tensor, k: Tensor, v: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
         """Mean squared difference (over real positions) between this attention's output and softmax attention's over
@@ -141,12 +169,10 @@ class KernelAttention(SelfAttention):
         """``eps`` keeps a zero normaliser from dividing by zero (relu features of a query can all be 0)."""
         return self.eps if k_log_scale is None else self.LOG_SCALED_EPS
 
-    def decode(self, q: Tensor, k: Tensor, v: Tensor, k_log_scale: Optional[Tensor], incremental_state,
-               eps: float) -> Tensor:
-        """Continue from the state buffered for this layer (B x H x M x (D+1), fp32, batch first so that the
-        base class's ``reorder_incremental_state`` serves beam search; with key log scales also the state's
-        log scale, B x H x 1 x 1) and buffer the new one."""
-        buffer = self._get_input_buffer(incremental_state)
+    def decode(self, q: Tensor, k: Tensor, v: Tensor, k_log_scale: Optional[Tensor], buffer, eps: float) -> Tensor:
+        """Continue from the state in this layer's decoding ``buffer`` (B x H x M x (D+1), fp32, batch first so
+        that the base class's ``reorder_incremental_state`` serves beam search; with key log scales also the
+        state's log scale, B x H x 1 x 1) and put the new one there."""
         state = buffer.get(self.STATE_KEY)
         if state is None:
             b, h, _, m = q.shape
@@ -166,7 +192,6 @@ class KernelAttention(SelfAttention):
         if k_log_scale is not None:
             state, buffer[self.LOG_SCALE_KEY] = state
         buffer[self.STATE_KEY] = state
-        self._set_input_buffer(incremental_state, buffer)
         return out
 
     def check_attn_mask(self, attn_mask: Optional[Tensor], length: int, incremental: bool):

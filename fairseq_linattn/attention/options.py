@@ -78,8 +78,9 @@ class MechanismOptions:
         for name, flag in cls.FLAGS.items():
             if name in cls.CAUSAL_ONLY and not causal:
                 continue
+            default = "" if flag.default is None else f" (default {flag.default})"  # None: the help says it
             group.add_argument("--" + name.replace("_", "-"), type=flag.type, choices=flag.choices,
-                               metavar=flag.metavar, help=f"{flag.help} (default {flag.default})")
+                               metavar=flag.metavar, help=flag.help + default)
 
     @classmethod
     def set_defaults(cls, args: Any):
@@ -149,11 +150,14 @@ def _mechanisms_help() -> str:
 
 KERNEL_FLAGS = {
     "linear_attention": Flag(KERNEL_ATTENTION, str, _mechanisms_help(), choices=LINEAR_ATTENTION_CHOICES),
-    "short_conv": Flag(CausalAttention.DEFAULT_SHORT_CONV, int,
-                       f"every mechanism but {KERNEL_ATTENTION}: width of the short causal convolution on q, k, v "
-                       "(0: none)"),
-    "output_gate": Flag(1, int, f"every mechanism but {KERNEL_ATTENTION}: 1: out = norm(o) * SiLU(W_g x); 0: "
-                                f"norm(o) (norm: a per-head RMSNorm, none for {SOFTMAX_ATTENTION})", choices=[0, 1]),
+    "short_conv": Flag(None, int,
+                       "width of the short causal convolution on q, k, v (0: none); default: the mechanism's, "
+                       f"{CausalAttention.DEFAULT_SHORT_CONV} for every causal mechanism but {KERNEL_ATTENTION} (0: "
+                       "Katharopoulos et al.'s model has none)"),
+    "output_gate": Flag(None, int, f"1: out = norm(o) * SiLU(W_g x); 0: norm(o) (norm: a per-head RMSNorm, none for "
+                                   f"{SOFTMAX_ATTENTION} and {KERNEL_ATTENTION}, whose outputs are normalised already); "
+                                   f"default: the mechanism's, 1 for every causal mechanism but {KERNEL_ATTENTION} (0)",
+                        choices=[0, 1]),
     "decay_init": Flag(DEFAULT_DECAY_INIT, str, f"{', '.join(_mamba2_decays())}: the decay's initial rates: "
                        "mamba2 (Mamba-2's; the better perplexity) or long (ten times slower: recall over hundreds of "
                        "tokens is learned sooner; docs/recall.md)",
@@ -229,7 +233,7 @@ class KernelOptions(MechanismOptions):
         if int(self.softmax_window) and SOFTMAX_ATTENTION not in layout:
             raise ValueError(f"--softmax-window applies to {SOFTMAX_ATTENTION} layers, and --linear-attention "
                              f"{self.linear_attention} has none: drop --softmax-window")
-        if int(self.short_conv) < 0 or int(self.short_conv) == 1:
+        if self.short_conv is not None and (int(self.short_conv) < 0 or int(self.short_conv) == 1):
             raise ValueError(f"--short-conv is the convolution's width: 0 (none) or >= 2 (4 is the papers'), "
                              f"got {self.short_conv}")
         if self.feature_map not in FEATURE_MAPS:
@@ -248,6 +252,21 @@ class KernelOptions(MechanismOptions):
     def layout(self) -> List[str]:
         """The mechanisms of --linear-attention in layer order (one name: every layer's)."""
         return [ALIASES.get(name, name) for name in str(self.linear_attention).split(",")]
+
+    # the papers' models: Katharopoulos et al.'s kernel attention has neither; the others have both
+    BARE_MECHANISMS = (KERNEL_ATTENTION,)
+
+    def short_conv_width(self, mechanism: str) -> int:
+        """The convolution width of a ``mechanism`` layer: --short-conv, or the mechanism's default."""
+        if self.short_conv is not None:
+            return int(self.short_conv)
+        return 0 if mechanism in self.BARE_MECHANISMS else CausalAttention.DEFAULT_SHORT_CONV
+
+    def has_output_gate(self, mechanism: str) -> bool:
+        """Whether a ``mechanism`` layer has the output gate: --output-gate, or the mechanism's default."""
+        if self.output_gate is not None:
+            return bool(int(self.output_gate))
+        return mechanism not in self.BARE_MECHANISMS
 
     def mechanism(self, layer_index: int) -> str:
         """Layer ``layer_index``'s mechanism: the layout repeated to the depth."""

@@ -14,6 +14,8 @@ from torch import Tensor, nn
 
 
 class ShortConvolution(nn.Module):
+    CACHE_KEY = "conv_cache"  # its cache in a layer's decoding buffer
+
     def __init__(self, channels: int, kernel_size: int):
         super().__init__()
         if kernel_size < 2:
@@ -33,6 +35,14 @@ class ShortConvolution(nn.Module):
         full = torch.cat([cache.to(x.dtype), x], 1)  # B x (K-1+T) x C
         out = F.conv1d(full.transpose(1, 2), self.weight.to(x.dtype), self.bias.to(x.dtype), groups=c)
         return F.silu(out.transpose(1, 2)), full[:, full.size(1) - (self.kernel_size - 1):]
+
+    def cached(self, x: Tensor, buffer: Optional[dict]) -> Tensor:
+        """:meth:`forward` continuing from the cache in a layer's decoding buffer, which it updates (``buffer``
+        None: not decoding, the start of the sequence)."""
+        out, cache = self(x, None if buffer is None else buffer.get(self.CACHE_KEY))
+        if buffer is not None:
+            buffer[self.CACHE_KEY] = cache
+        return out
 
     def extra_repr(self):
         return f"channels={self.weight.size(0)}, kernel_size={self.kernel_size}"

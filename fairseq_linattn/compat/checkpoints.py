@@ -4,6 +4,8 @@
   checkpoints (they pickle their config). Instead of ``weights_only=False`` (any file could run code), load
   with ``weights_only=True`` and the allow-list of :mod:`fairseq_linattn.checkpoints.safe_loading`, both
   where fairseq reads checkpoint files and where rank 0 broadcasts the loaded state to the other workers.
+* Old checkpoints: options whose meaning changed since they were saved are rewritten as they were read
+  then (:mod:`fairseq_linattn.checkpoints.upgrade`).
 * Writing: fairseq copies the saved checkpoint to ``checkpoint_best.pt`` / ``checkpoint_last.pt`` in place;
   a kill during the copy left a partial ``checkpoint_last.pt``. The copy now goes to a temporary file that
   is renamed (atomic).
@@ -26,6 +28,7 @@ from ..checkpoints import (
     newest_intact_checkpoint,
     safe_torch_load,
     unreadable_reason,
+    upgrade_checkpoint_options,
 )
 
 logger = logging.getLogger(__name__)
@@ -141,11 +144,12 @@ def _loading_instead(load_checkpoint, cfg, trainer, passthrough_args, last: str,
 
 def refusing_identity_overrides(load_checkpoint_to_cpu):
     """Wraps ``checkpoint_utils.load_checkpoint_to_cpu(path, arg_overrides)`` (validate, eval-lm, generate,
-    the hub): overriding an option that changes what the weights mean is an error, not a silent misuse."""
+    the hub, resuming): overriding an option that changes what the weights mean is an error, not a silent misuse;
+    an older checkpoint's options are read as that version read them (:mod:`..checkpoints.upgrade`)."""
     from ..attention.options import identity_option_names
 
     def load(path, arg_overrides=None, load_on_all_ranks=False):
-        state = load_checkpoint_to_cpu(path, arg_overrides, load_on_all_ranks)
+        state = upgrade_checkpoint_options(load_checkpoint_to_cpu(path, arg_overrides, load_on_all_ranks), path)
         touched = set(arg_overrides or ()) & identity_option_names()  # else the saved cfg need not be read again
         if touched and _is_local(path) and state.get("cfg") is not None:
             check_same_attention(path, state["cfg"].model, "the options given to this command (--model-overrides)")

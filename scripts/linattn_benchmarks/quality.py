@@ -85,14 +85,18 @@ LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", name]) 
 # the mechanism that they come with
 SOFTMAX_CONV_GATE = "softmax+conv+gate"
 LM_MODELS[SOFTMAX_CONV_GATE] = ("linear_transformer_lm", ["--linear-attention", "softmax"])
+# and elu+1 (kernel attention, which has neither by default) given them: the mechanism's share of the gated ones' lead
+LINEAR_CONV_GATE = "elu+1+conv+gate"
+LM_MODELS[LINEAR_CONV_GATE] = ("linear_transformer_lm", ["--feature-map", "elu", "--short-conv", "4", "--output-gate", "1"])
 # past the training length: the recurrent state on its own (no positional embeddings: positions it never saw cannot
 # hurt it), and trained from carried states (--train-state carried: the states long inputs reach); --models picks them
 PAST_LENGTH = {f"{name}-nopos": (name, ["--no-token-positional-embeddings"]) for name in GATED_MECHANISMS}
 PAST_LENGTH["gated-delta-nopos-carried"] = ("gated-delta", ["--no-token-positional-embeddings", "--train-state", "carried"])
 LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", mechanism, *extra])
                   for name, (mechanism, extra) in PAST_LENGTH.items()})
-OUTPUT_GATED = (SOFTMAX_CONV_GATE, *GATED_MECHANISMS, *PAST_LENGTH)  # the models whose FFN pays for the output gate
-MECHANISM_MODELS = (SOFTMAX_LM, SOFTMAX_CONV_GATE, LINEAR_LM, *GATED_MECHANISMS)
+# the models whose FFN pays for the output gate
+OUTPUT_GATED = (SOFTMAX_CONV_GATE, LINEAR_CONV_GATE, *GATED_MECHANISMS, *PAST_LENGTH)
+MECHANISM_MODELS = (SOFTMAX_LM, SOFTMAX_CONV_GATE, LINEAR_LM, LINEAR_CONV_GATE, *GATED_MECHANISMS)
 
 
 @dataclass(frozen=True)

@@ -63,6 +63,20 @@ def test_options_are_read_once_with_the_defaults_in_one_place():
     assert {"feature_map", "compressed", "encoder_attention_heads"} <= identity_option_names()
 
 
+@pytest.mark.parametrize("options,conv,gate", [
+    (dict(), [0, 4, 4], [False, True, True]),  # each mechanism's own: the paper's kernel attention has neither
+    (dict(short_conv=3, output_gate=1), [3, 3, 3], [True] * 3),  # given: every causal layer's
+    (dict(short_conv=0, output_gate=0), [0, 0, 0], [False] * 3),
+], ids=["defaults", "on", "off"])
+def test_the_convolution_and_the_gate_default_to_each_mechanisms(options, conv, gate):
+    layout = KernelOptions(linear_attention="kernel,gated-delta,softmax", **options).checked()
+    layers = [build_attention(layout, i, LayerShape(32, 4, causal=True)) for i in range(3)]
+    assert [layer.conv.kernel_size if layer.conv is not None else 0 for layer in layers] == conv
+    assert [layer.gate_proj is not None for layer in layers] == gate
+    encoder = build_attention(KernelOptions(short_conv=4, output_gate=1).checked(), 0, LayerShape(32, 4))
+    assert encoder.conv is None and encoder.gate_proj is None  # a bidirectional attention has neither
+
+
 @pytest.fixture(scope="module")
 def cosine_mechanism():
     """docs/architecture.md's "A mechanism" block, run as written: cosine attention, its options and builder."""

@@ -207,3 +207,68 @@ def test_causal_training_with_batch_and_heads_from_fairseq_layout():
     out, _ = attn(x, x, x, need_weights=False)
     out.sum().backward()
     assert out.shape == (100, 6, 64) and x.grad is not None and torch.isfinite(x.grad).all()
+
+
+# ---------------------------------------------------------------- the short convolution and the output gate
+def make_with_conv_and_gate(feature_map="elu", short_conv=4, output_gate=True):
+    torch.manual_seed(0)
+    return make_attention(causal=True, feature_map=feature_map, short_conv=short_conv,
+                          output_gate=output_gate).double()
+
+
+@pytest.mark.parametrize("short_conv,output_gate", [(4, True), (3, False), (0, True)], ids=["conv+gate", "conv", "gate"])
+@pytest.mark.parametrize("prompt", [1, 6])
+def test_conv_and_gate_decode_as_the_parallel_forward(short_conv, output_gate, prompt):
+    """15 tokens over chunks of 4: decoding after a prompt equals the parallel forward (to the fp32 state's
+    rounding); the convolution's cache sits beside the state (batch first, for beam search) and the layer has
+    exactly the parts asked for."""
+    attn = make_with_conv_and_gate(short_conv=short_conv, output_gate=output_gate)
+    assert (attn.conv is not None) == bool(short_conv) and (attn.gate_proj is not None) == output_gate
+    x = torch.randn(15, 3, C, dtype=torch.float64)
+    state = {}
+    torch.testing.assert_close(decode(attn, x, state, prompt), run(attn, x), rtol=1e-6, atol=1e-6)
+    buffer = attn._get_input_buffer(state)
+    assert ("conv_cache" in buffer) == bool(short_conv)
+    if short_conv:
+        assert buffer["conv_cache"].shape == (3, short_conv - 1, 3 * C)
+
+
+def test_conv_and_gate_change_the_output():
+    """Neither is a no-op: the same projections with and without them give other outputs."""
+    x = torch.randn(9, 2, C, dtype=torch.float64)
+    bare = make_with_conv_and_gate(short_conv=0, output_gate=False)
+    for short_conv, output_gate in ((4, False), (0, True)):
+        other = make_with_conv_and_gate(short_conv=short_conv, output_gate=output_gate)
+        other.load_state_dict(bare.state_dict(), strict=False)
+        assert (run(other, x) - run(bare, x)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("feature_map", FEATURE_MAPS)
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_conv_and_gate_keep_padding_exact(feature_map, side):
+    """Each real token's output equals its sequence's alone with NaN pads on either side: nothing of a pad reaches a
+    real token through the convolution (left pads precede the real tokens) or the gate."""
+    attn = make_with_conv_and_gate(feature_map)
+    sequences = [torch.randn(n, 1, C, dtype=torch.float64) for n in (11, 7, 3)]
+    batch, mask = padded_batch(sequences, side, lambda *shape: torch.full(shape, float("nan"), dtype=torch.float64))
+    out = attn(batch, batch, batch, key_padding_mask=mask, need_weights=False)[0]
+    for i, seq in enumerate(sequences):
+        where = real_positions(seq.size(0), batch.size(0), side)
+        torch.testing.assert_close(out[where, i], run(attn, seq)[:, 0], rtol=1e-10, atol=1e-10)
+
+
+def test_conv_and_gate_follow_a_beam_reorder():
+    attn = make_with_conv_and_gate()
+    prefix, continuation = torch.randn(5, 4, C, dtype=torch.float64), torch.randn(4, 4, C, dtype=torch.float64)
+    new_order = torch.tensor([2, 2, 0, 3])
+    state, fresh = {}, {}
+    decode(attn, prefix, state)
+    attn.reorder_incremental_state(state, new_order)
+    decode(attn, prefix[:, new_order], fresh)
+    torch.testing.assert_close(decode(attn, continuation, state), decode(attn, continuation, fresh),
+                               rtol=1e-6, atol=1e-6)
+
+
+def test_conv_and_gate_are_a_causal_attentions():
+    with pytest.raises(ValueError, match="causal"):
+        make_attention(causal=False, short_conv=4)

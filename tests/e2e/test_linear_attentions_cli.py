@@ -1,24 +1,28 @@
-"""--linear-attention <mechanism> (each registered one besides kernel attention) through the real command lines: fairseq-train,
+"""--linear-attention <mechanism> (each registered one, softmax, and kernel attention given the convolution and gate
+that it has only when asked) through the real command lines: fairseq-train,
 fairseq-eval-lm with a context window, fairseq-generate with beam search (the recurrent step and beam
 reorder), the hub's sample(), and a checkpoint refusing another mechanism."""
 import re
 
 import pytest
 
+from fairseq_linattn.attention import KernelAttention
 from fairseq_linattn.attention.causal_softmax import CausalSoftmaxAttention
 from fairseq_linattn.attention.recurrent_state import linear_attentions
 
 from .cli import USER_DIR, run, train_lm, valid_loss
 
-CLASSES = {"softmax": CausalSoftmaxAttention, **linear_attentions()}  # every mechanism besides kernel attention
+CLASSES = {"softmax": CausalSoftmaxAttention, "kernel": KernelAttention, **linear_attentions()}
 MECHANISMS = sorted(CLASSES)
+EXTRA = {"kernel": ["--short-conv", "4", "--output-gate", "1"]}  # the others have both by default
 
 
 @pytest.fixture(scope="module", params=MECHANISMS)
 def trained(request, spm_data, tmp_path_factory):
     data, _ = spm_data
     save = tmp_path_factory.mktemp(request.param)
-    log = train_lm(data, save, "--linear-attention", request.param, "--chunk-size", "16", updates=8)
+    log = train_lm(data, save, "--linear-attention", request.param, *EXTRA.get(request.param, []), "--chunk-size", "16",
+                   updates=8)
     return request.param, save, log
 
 
@@ -67,7 +71,7 @@ def test_a_checkpoint_refuses_another_mechanism(spm_data, trained, tmp_path):
     data, _ = spm_data
     name, save, _ = trained
     other = {"retention": "gla", "gla": "retention", "delta": "gated-delta", "gated-delta": "delta",
-             "gdn2": "gated-delta", "kda": "gdn2", "softmax": "retention"}[name]
+             "gdn2": "gated-delta", "kda": "gdn2", "softmax": "retention", "kernel": "retention"}[name]
     log = train_lm(data, tmp_path, "--linear-attention", other, "--chunk-size", "16", "--restore-file",
                    save / "checkpoint_last.pt", "--reset-optimizer", updates=9, check=False)
     assert log.returncode != 0 and "--linear-attention" in log, log[-2000:]
