@@ -1,77 +1,131 @@
-"""Warm-start ``linformer_roberta`` or ``linear_roberta`` from a fairseq RoBERTa checkpoint.
+"""Warm-start one of our models from a trained fairseq softmax model: RoBERTa -> ``linformer_roberta`` or
+``linear_roberta``, ``transformer_lm`` -> ``linear_transformer_lm`` (any causal mechanism or layout).
 
     python scripts/warm_start_from_roberta.py roberta/checkpoint_best.pt linformer/warm_start.pt \\
         --data data-bin/corpus --compressed 4 --init-projection identity-like
+    fairseq-linattn-warm-start lm/checkpoint_best.pt linear/warm_start.pt --feature-map hedgehog
 
 Every weight the two models share is copied as it is: token and positional embeddings, layer norms, the
-q/k/v/out projections (our attention keeps fairseq's parameter names), the FFNs, the masked-LM head and any
-classification heads. What RoBERTa does not have is initialised as the model builds it: Linformer's
+q/k/v/out projections (our attention keeps fairseq's parameter names), the FFNs, the output heads and any
+classification heads. What the source does not have is initialised as the model builds it: Linformer's
 sequence projections (or, with ``--init-projection identity-like``, as window averages: the identity when
-k = n) and FAVOR+'s random features. The output is a plain fairseq checkpoint, without the source's
-optimizer state, whose cfg names our arch and options: fairseq-validate and ``from_pretrained`` load it
-as is, and continued pretraining or finetuning starts from it with
+k = n), FAVOR+'s random features, learned feature maps (hedgehog and t2r start as a fixed map), a mechanism's
+gates, decays, convolution and norms. The output is a plain fairseq checkpoint, without the source's optimizer
+state, whose cfg names our arch and options: fairseq-validate, fairseq-eval-lm and ``from_pretrained`` load it
+as is, and training continues from it with
 
     fairseq-train ... --arch linformer_roberta_base <the printed flags> \\
         --restore-file linformer/warm_start.pt --reset-optimizer --reset-dataloader --reset-meters
 
-The summary lists copied and new tensors and how close the converted model is to the source on a sample
-(cosine similarity of the final features, agreement of the masked-LM top-1 predictions).
+first with ``--criterion attention_transfer`` when the feature maps learn (Hedgehog / LoLCATs: they learn to
+reproduce each layer's softmax attention), then with the task's own criterion (examples/linearize). The summary
+lists copied and new tensors and how close the converted model is to the source on a sample (cosine similarity
+of the final features, agreement of the output heads' top-1 predictions).
 """
 from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import logging
 from argparse import Namespace
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Type
+from typing import Callable, Dict, List, Optional, Tuple, Type
 
 import torch
 import torch.nn.functional as F
 from fairseq import checkpoint_utils
 from fairseq.dataclass.utils import overwrite_args_by_name
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_REGISTRY, build_model
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY, MODEL_REGISTRY, build_model
 from fairseq.models.roberta import RobertaModel
+from fairseq.models.transformer_lm import TransformerLanguageModel
 from omegaconf import OmegaConf
 
-from .attention.feature_maps import FeatureMap
+from .attention.base import SelfAttention
+from .attention.feature_maps import FeatureMap, LearnedFeatureMap
 from .attention.projections import SequenceProjection
+from .models.plugin_model import PluginModel
 from .models.roberta import SwappedAttentionRobertaModel  # the package import registers every model
+from .models.transformer_lm import SwappedAttentionLanguageModel
 
 INIT_PROJECTIONS = ("default", "identity-like")
-# model-shape options that fairseq-train must repeat when it restores the converted checkpoint
-SHAPE_OPTIONS = ("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads")
+FAIRSEQ_PROJECTIONS = ("q_proj.", "k_proj.", "v_proj.", "out_proj.")  # an attention's weights that the source has
 
 
-def option_names(add_args) -> List[str]:
-    parser = argparse.ArgumentParser(add_help=False)
-    add_args(parser)
-    return [action.dest for action in parser._actions]
+@dataclass(frozen=True)
+class Family:
+    """A kind of fairseq softmax model that converts, and our models of that kind."""
+
+    name: str  # its arch prefix: roberta_large -> <target>_large
+    source_class: Type
+    target_class: Type  # our models of the family subclass it
+    default_target: str
+    causal: bool  # the attention options are a decoder's
+    shape_options: Tuple[str, ...]  # model-shape options fairseq-train must repeat when it restores the conversion
+    output_layer: Callable  # model -> its module from the final features to the vocabulary's logits
+
+    def targets(self) -> Dict[str, Type]:
+        """Every registered model of this family with another attention, so that a model added later is a target
+        too. Read when asked, after every model has registered."""
+        return {name: model for name, model in sorted(MODEL_REGISTRY.items()) if issubclass(model, self.target_class)}
+
+    def add_options(self, model: str, parser):
+        self.targets()[model].attention_stack().options_class.add_args(parser, causal=self.causal)
+
+    def option_names(self, model: str) -> List[str]:
+        """The options ``model`` adds to the source's (its attention's), taken from the model itself."""
+        parser = argparse.ArgumentParser(add_help=False)
+        self.add_options(model, parser)
+        return [action.dest for action in parser._actions]
 
 
-def target_models() -> Dict[str, Type[SwappedAttentionRobertaModel]]:
-    """What a RoBERTa converts to: every registered RoBERTa with another attention (models/roberta.py), so that
-    a model family added there is a target too. Read when asked, after every model has registered."""
-    return {name: model for name, model in sorted(MODEL_REGISTRY.items()) if issubclass(model, SwappedAttentionRobertaModel)}
+FAMILIES = (
+    Family("roberta", RobertaModel, SwappedAttentionRobertaModel, "linformer_roberta", causal=False,
+           shape_options=("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads"),
+           output_layer=lambda model: model.encoder.output_layer),
+    Family("transformer_lm", TransformerLanguageModel, SwappedAttentionLanguageModel, "linear_transformer_lm",
+           causal=True,
+           shape_options=("decoder_layers", "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_attention_heads"),
+           output_layer=lambda model: model.decoder.output_layer),
+)
+
+
+def target_family(model: str) -> Family:
+    for family in FAMILIES:
+        if model in family.targets():
+            return family
+    raise ValueError(f"unknown target model {model!r}; choose one of {sorted(every_target())}")
+
+
+def every_target() -> Dict[str, Type]:
+    return {name: cls for family in FAMILIES for name, cls in family.targets().items()}
+
+
+def source_family(model_class: Optional[Type]) -> Optional[Family]:
+    """The family of a checkpoint's model class: a fairseq softmax model (not one of ours) of a known kind."""
+    if model_class is None or issubclass(model_class, PluginModel):
+        return None
+    return next((family for family in FAMILIES if issubclass(model_class, family.source_class)), None)
 
 
 def target_option_names(model: str) -> List[str]:
-    """The options ``model`` adds to RoBERTa's (its attention's), taken from the model itself."""
-    return option_names(target_models()[model].add_attention_args)
+    """The options ``model`` adds to the source's (its attention's), taken from the model itself."""
+    return target_family(model).option_names(model)
 
 
 # ---------------------------------------------------------------------------------------------- source
 @dataclass
 class Source:
-    model: RobertaModel
+    model: object  # a fairseq RobertaModel or TransformerLanguageModel
     task: object
     cfg: object  # the checkpoint's cfg, with --data applied
     model_args: Namespace  # the checkpoint's cfg.model as it was saved: the basis of the target's
+    family: Family
 
 
 def load_source(path: str | Path, data: Optional[str | Path] = None) -> Source:
-    """Load a RoBERTa checkpoint with fairseq's loader (which also upgrades old checkpoints)."""
+    """Load a RoBERTa or transformer_lm checkpoint with fairseq's loader (which also upgrades old checkpoints)."""
     state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
     model_args = as_namespace(state["cfg"].model)
     trained_on = state["cfg"].task.data
@@ -79,13 +133,12 @@ def load_source(path: str | Path, data: Optional[str | Path] = None) -> Source:
     overrides = {"load_checkpoint_heads": True, **({"data": str(data)} if data is not None else {})}
     overwrite_args_by_name(state["cfg"], overrides)
     arch = getattr(model_args, "arch", None) or getattr(model_args, "_name", None)
-    model_class = ARCH_MODEL_REGISTRY.get(arch)
-    if model_class is None or not issubclass(model_class, RobertaModel) or issubclass(
-        model_class, SwappedAttentionRobertaModel
-    ):
+    family = source_family(ARCH_MODEL_REGISTRY.get(arch) or MODEL_REGISTRY.get(arch))
+    if family is None:
         raise ValueError(
-            f"{path} holds a {arch!r} model; the warm start converts fairseq RoBERTa checkpoints (arch roberta, "
-            "roberta_base, roberta_large or another arch of the 'roberta' model)"
+            f"{path} holds a {arch!r} model; the warm start converts fairseq's RoBERTa checkpoints (arch roberta, "
+            "roberta_base, roberta_large or another arch of the 'roberta' model) and transformer_lm ones (any "
+            "transformer_lm arch)"
         )
     try:
         [model], cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], state=state)
@@ -94,7 +147,7 @@ def load_source(path: str | Path, data: Optional[str | Path] = None) -> Source:
             f"{error}\nThe source's task needs its dictionary: pass --data DIR, the data-bin (with dict.txt) the "
             f"checkpoint was trained on (its cfg names {trained_on!r})."
         ) from None
-    return Source(model.eval(), task, cfg, model_args)
+    return Source(model.eval(), task, cfg, model_args, family)
 
 
 def as_namespace(model_cfg) -> Namespace:
@@ -107,15 +160,15 @@ def as_namespace(model_cfg) -> Namespace:
 # ---------------------------------------------------------------------------------------------- target
 def target_model_args(source_args: Namespace, model: str, options: Dict[str, object],
                       max_positions: Optional[int] = None) -> Namespace:
-    """The source's model args, renamed to our arch (``roberta_large`` -> ``linformer_roberta_large``) and
-    with the target's options; the shape, dropout and positions stay the source's."""
-    if model not in target_models():
-        raise ValueError(f"unknown target model {model!r}; choose one of {sorted(target_models())}")
-    accepted = set(target_option_names(model))
+    """The source's model args, renamed to our arch (``roberta_large`` -> ``linformer_roberta_large``,
+    ``transformer_lm_gpt2_small`` -> ``linear_transformer_lm_gpt2_small``) and with the target's options; the
+    shape, dropout and positions stay the source's."""
+    family = target_family(model)
+    accepted = set(family.option_names(model))
     foreign = sorted(name for name, value in options.items() if value is not None and name not in accepted)
     if foreign:
         raise ValueError(f"options {foreign} do not apply to {model}; it takes {sorted(accepted)}")
-    source_positions = source_args.max_positions
+    source_positions = getattr(source_args, "max_positions", None)
     if max_positions is not None and max_positions != source_positions:
         raise ValueError(
             f"--max-positions {max_positions} does not match the source's max_positions {source_positions}: the "
@@ -125,7 +178,7 @@ def target_model_args(source_args: Namespace, model: str, options: Dict[str, obj
         )
     args = copy.deepcopy(source_args)
     source_arch = getattr(args, "arch", None) or args._name
-    suffixed = model + source_arch[len("roberta"):] if source_arch.startswith("roberta") else model
+    suffixed = model + source_arch[len(family.name):] if source_arch.startswith(family.name) else model
     args.arch = args._name = suffixed if suffixed in ARCH_CONFIG_REGISTRY else model
     for name, value in options.items():
         if value is not None:
@@ -135,18 +188,18 @@ def target_model_args(source_args: Namespace, model: str, options: Dict[str, obj
 
 @dataclass
 class WarmStart:
-    model: SwappedAttentionRobertaModel
+    model: PluginModel
     copied: List[str]  # state-dict keys taken from the source
     new: List[str]  # state-dict keys initialised here
 
 
-def warm_start(source: RobertaModel, task, target_args: Namespace, init_projection: str = "default") -> WarmStart:
+def warm_start(source, task, target_args: Namespace, init_projection: str = "default") -> WarmStart:
     """Build our model for ``target_args`` (completed in place with the arch's defaults) and copy every
-    shared tensor of ``source`` into it."""
+    shared tensor of ``source`` (a fairseq RoBERTa or transformer_lm) into it."""
     if init_projection not in INIT_PROJECTIONS:
         raise ValueError(f"unknown --init-projection {init_projection!r}; choose one of {INIT_PROJECTIONS}")
     target = build_model(target_args, task)  # fills in the arch's defaults, as fairseq-train does
-    for name, head in source.classification_heads.items():
+    for name, head in getattr(source, "classification_heads", {}).items():
         if name not in target.classification_heads:  # heads of the hub or of another task: keep them all
             target.register_classification_head(name, head.out_proj.out_features, head.dense.out_features)
     source_state = source.state_dict()
@@ -157,9 +210,9 @@ def warm_start(source: RobertaModel, task, target_args: Namespace, init_projecti
     uncovered = sorted(set(result.missing_keys) - new_keys)
     if unexpected or uncovered:
         raise RuntimeError(
-            "the source and the converted model do not share all RoBERTa weights: "
+            "the source and the converted model do not share all the source's weights: "
             f"source tensors with no place in the target {unexpected}, target tensors the source lacks "
-            f"{uncovered}. Is the source a RoBERTa built with other options than those in its cfg?"
+            f"{uncovered}. Was the source built with other options than those in its cfg?"
         )
     if init_projection == "identity-like":
         for module in target.modules():
@@ -171,11 +224,14 @@ def warm_start(source: RobertaModel, task, target_args: Namespace, init_projecti
 
 
 def new_tensor_names(model) -> set:
-    """State-dict keys of the parts RoBERTa does not have: sequence projections and feature maps."""
+    """State-dict keys of the parts a softmax source does not have: sequence projections, feature maps, and
+    whatever an attention has beside fairseq's q/k/v/out projections (gates, decays, convolution, norms)."""
     names = set()
     for prefix, module in model.named_modules():
         if isinstance(module, (SequenceProjection, FeatureMap)):
             names.update(f"{prefix}.{name}" for name in module.state_dict())
+        elif isinstance(module, SelfAttention):
+            names.update(f"{prefix}.{name}" for name in module.state_dict() if not name.startswith(FAIRSEQ_PROJECTIONS))
     return names
 
 
@@ -185,17 +241,17 @@ class Agreement:
     sample: str  # where the tokens came from
     tokens: int
     feature_cosine: float  # mean cosine similarity of the final features, over non-pad tokens
-    top1: float  # share of non-pad tokens where both masked-LM heads predict the same token
+    top1: float  # share of non-pad tokens where both output heads (masked or next token) predict the same token
 
 
 @torch.no_grad()
-def agreement(source: RobertaModel, target, tokens: torch.Tensor, pad: int, sample: str) -> Agreement:
+def agreement(source, target, tokens: torch.Tensor, pad: int, sample: str, family: Family) -> Agreement:
     real = tokens.ne(pad)
     source_features, _ = source(tokens, features_only=True)
     target_features, _ = target(tokens, features_only=True)
     cosine = F.cosine_similarity(source_features, target_features, dim=-1)[real]
-    source_top1 = source.encoder.output_layer(source_features).argmax(-1)
-    target_top1 = target.encoder.output_layer(target_features).argmax(-1)
+    source_top1 = family.output_layer(source)(source_features).argmax(-1)
+    target_top1 = family.output_layer(target)(target_features).argmax(-1)
     same = source_top1.eq(target_top1)[real].float()
     return Agreement(sample, int(real.sum()), cosine.mean().item(), same.mean().item())
 
@@ -241,14 +297,28 @@ def checkpoint_state(target: WarmStart, target_args: Namespace, source: Source, 
 
 
 def training_flags(args: Namespace, model: str) -> List[str]:
-    """The fairseq-train flags that rebuild this model: the arch, max positions (Linformer's n), the shape
-    options that differ from the arch's defaults and the attention options that were set."""
+    """The fairseq-train flags that rebuild this model: the arch, max positions (Linformer's n: an encoder's), and
+    the options that differ from the arch's defaults: every model option of a dataclass-configured model (a
+    language model's), else the shape options and the attention options that were set."""
     defaults = Namespace()
     ARCH_CONFIG_REGISTRY[args.arch](defaults)
-    flags = ["--arch", args.arch, "--max-positions", str(args.max_positions)]
-    for name in (*SHAPE_OPTIONS, *target_option_names(model)):
+    family = target_family(model)
+    flags = ["--arch", args.arch]
+    if not family.causal:
+        flags += ["--max-positions", str(args.max_positions)]
+    config_class = MODEL_DATACLASS_REGISTRY.get(model)
+    if config_class is None:
+        names = {name: None for name in (*family.shape_options, *family.option_names(model))}
+    else:  # fields that take their value from the task's (${task.tokens_per_sample}) are the task's flags
+        names = {f.name: f.default for f in dataclasses.fields(config_class)
+                 if not f.name.startswith("_") and not str(f.default).startswith("${")}
+    for name, field_default in names.items():
         value = getattr(args, name, None)
-        if value is not None and value != getattr(defaults, name, None):
+        if value is None or value == getattr(defaults, name, field_default):
+            continue
+        if isinstance(value, bool):  # store_true flags; a False whose default is True has no flag to say it
+            flags += ["--" + name.replace("_", "-")] if value else []
+        else:
             flags += ["--" + name.replace("_", "-"), str(value)]
     return flags
 
@@ -264,6 +334,7 @@ class Conversion:
     new_shapes: Dict[str, tuple]
     copied_numel: int
     agreement: Optional[Agreement] = None
+    learned_feature_maps: bool = False  # the attention transfer comes first
 
     def summary(self) -> str:
         lines = [f"wrote {self.output} ({self.args.arch})",
@@ -273,20 +344,30 @@ class Conversion:
         if self.agreement is not None:
             a = self.agreement
             lines.append(f"agreement with the source on {a.sample} ({a.tokens} tokens): feature cosine "
-                         f"{a.feature_cosine:.4f}, masked-LM top-1 agreement {a.top1:.1%}")
-        lines.append("continue training with (plus any other model option the source was trained with): "
-                     "fairseq-train DATA --user-dir fairseq_linattn "
-                     + " ".join(training_flags(self.args, self.model))
-                     + f" --restore-file {self.output} --reset-optimizer --reset-dataloader --reset-meters ...")
+                         f"{a.feature_cosine:.4f}, top-1 agreement of the output heads {a.top1:.1%}")
+        command = ("fairseq-train DATA --user-dir fairseq_linattn " + " ".join(training_flags(self.args, self.model))
+                   + f" --restore-file {self.output} --reset-optimizer --reset-dataloader --reset-meters")
+        if self.learned_feature_maps:
+            lines.append("attention transfer first (the feature maps learn to reproduce each layer's softmax "
+                         f"attention; the rest stays the source's): {command} --criterion attention_transfer ...")
+            lines.append("then finetune from its last checkpoint with the task's criterion (examples/linearize)")
+        else:
+            lines.append(f"continue training with (plus any other model option the source was trained with): "
+                         f"{command} ...")
         return "\n".join(lines)
 
 
-def convert(source_path: str | Path, output_path: str | Path, model: str = "linformer_roberta",
+def convert(source_path: str | Path, output_path: str | Path, model: Optional[str] = None,
             options: Optional[Dict[str, object]] = None, data: Optional[str | Path] = None,
             max_positions: Optional[int] = None, init_projection: str = "default", sample_split: str = "valid",
             sample_size: int = 16, seed: int = 1) -> Conversion:
-    """Convert the RoBERTa checkpoint at ``source_path`` into a ``model`` checkpoint at ``output_path``."""
+    """Convert the RoBERTa or transformer_lm checkpoint at ``source_path`` into a ``model`` checkpoint (default: the
+    family's, linformer_roberta or linear_transformer_lm) at ``output_path``."""
     source = load_source(source_path, data)
+    model = model or source.family.default_target
+    if target_family(model) is not source.family:
+        raise ValueError(f"{source_path} is a {source.family.name} model, which converts to "
+                         f"{', '.join(source.family.targets())}, not to {model}")
     args = target_model_args(source.model_args, model, options or {}, max_positions)
     torch.manual_seed(seed)  # the new projections / random features
     result = warm_start(source.model, source.task, args, init_projection)
@@ -299,49 +380,87 @@ def convert(source_path: str | Path, output_path: str | Path, model: str = "linf
         output, model, args, result.copied, result.new,
         new_shapes={name: tuple(target_state[name].shape) for name in result.new},
         copied_numel=sum(target_state[name].numel() for name in result.copied),
+        learned_feature_maps=any(isinstance(m, LearnedFeatureMap) for m in result.model.modules()),
     )
     if sample_size > 0:
-        tokens, sample = sample_tokens(source.task, sample_split, sample_size, args.max_positions, seed)
-        conversion.agreement = agreement(source.model, result.model, tokens,
-                                         source.task.source_dictionary.pad(), sample)
+        length = getattr(args, "max_positions", None) or getattr(args, "max_target_positions", None) or 512
+        tokens, sample = sample_tokens(source.task, sample_split, sample_size, length, seed)
+        conversion.agreement = agreement(source.model, result.model, tokens, source.task.source_dictionary.pad(),
+                                         sample, source.family)
     return conversion
 
 
 def main(argv: Optional[List[str]] = None) -> Conversion:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source", help="fairseq RoBERTa checkpoint (e.g. checkpoints/checkpoint_best.pt)")
+    parser.add_argument("source", help="fairseq RoBERTa or transformer_lm checkpoint (e.g. checkpoints/checkpoint_best.pt)")
     parser.add_argument("output", help="where to write the converted checkpoint")
     parser.add_argument("--data", help="data-bin with the source's dict.txt (default: the one its cfg names); "
                                        "its valid split, if any, is the agreement sample")
-    targets = target_models()
-    parser.add_argument("--model", choices=sorted(targets), default="linformer_roberta",
-                        help="the model to convert to (default linformer_roberta)")
+    targets = every_target()
+    parser.add_argument("--model", choices=sorted(targets),
+                        help="the model to convert to (default: linformer_roberta for a RoBERTa, linear_transformer_lm "
+                             "for a transformer_lm)")
     parser.add_argument("--max-positions", type=int,
-                        help="must equal the source's (its positional embeddings fix it); checked when given")
+                        help="RoBERTa: must equal the source's (its positional embeddings fix it); checked when given")
     parser.add_argument("--init-projection", choices=INIT_PROJECTIONS, default="default",
                         help="Linformer's learned/conv projections: as the model builds them (default), or "
                              "window averages (identity-like: the identity when k = n), closer to the source")
     parser.add_argument("--sample-split", default="valid", help="data split for the agreement summary")
     parser.add_argument("--sample-size", type=int, default=16, help="sequences in the agreement sample (0: skip)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the new projections / random features")
-    every_option = {}  # each flag once: models that share an options class add the same flags
-    for target in targets.values():
-        names = option_names(target.add_attention_args)
-        if not every_option.keys() >= set(names):
-            target.add_attention_args(parser)
-            every_option.update(dict.fromkeys(names))
+    every_option = add_every_target_option(parser, targets)
     args = parser.parse_args(argv)
     # as fairseq_cli does: importing fairseq leaves the root logger at DEBUG (its text_to_speech task)
     logging.basicConfig(format="%(levelname)s | %(name)s | %(message)s", level=logging.INFO, force=True)
-    options = {name: getattr(args, name) for name in target_option_names(args.model)}
+    family = checkpoint_family(args.source, parser)
+    model = args.model or family.default_target
+    if target_family(model) is not family:
+        parser.error(f"{args.source} is a {family.name} model: --model {model} is not one of its targets, "
+                     f"{', '.join(family.targets())}")
+    options = {name: getattr(args, name) for name in target_option_names(model)}
     foreign = [name for name in every_option if name not in options and getattr(args, name) is not None]
     if foreign:
         flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
-        parser.error(f"{flags}: not an option of --model {args.model}")
-    conversion = convert(args.source, args.output, args.model, options, args.data, args.max_positions,
+        parser.error(f"{flags}: not an option of --model {model}")
+    conversion = convert(args.source, args.output, model, options, args.data, args.max_positions,
                          args.init_projection, args.sample_split, args.sample_size, args.seed)
     print(conversion.summary())
     return conversion
+
+
+def add_every_target_option(parser, targets: Dict[str, Type]) -> List[str]:
+    """Each target's attention options, each flag once (defaults None: a flag given is a flag set; families that
+    share an options class, as encoders and decoders do, add the same flags). Returns their names."""
+    added = {}
+    group = parser.add_argument_group("the target's attention (see --model)")
+    for model in targets:
+        scratch = argparse.ArgumentParser(add_help=False)
+        target_family(model).add_options(model, scratch)
+        for action in scratch._actions:
+            if action.dest not in added:
+                group.add_argument(*action.option_strings, dest=action.dest, type=action.type, choices=action.choices,
+                                   metavar=action.metavar, help=action.help)
+                added[action.dest] = None
+    return list(added)
+
+
+def checkpoint_family(source: str, parser) -> Family:
+    """The family of the checkpoint at ``source`` (its cfg only is read)."""
+    from .checkpoints import CheckpointError
+    from .checkpoints.fit import saved_model_cfg
+
+    if not Path(source).is_file():
+        parser.error(f"{source}: no such checkpoint file")
+    try:
+        model_cfg = saved_model_cfg(source)
+    except CheckpointError as error:
+        parser.error(str(error))
+    arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
+    family = source_family(ARCH_MODEL_REGISTRY.get(arch) or MODEL_REGISTRY.get(arch))
+    if family is None:
+        parser.error(f"{source} holds a {arch!r} model; the warm start converts fairseq's RoBERTa and transformer_lm "
+                     "checkpoints")
+    return family
 
 
 if __name__ == "__main__":

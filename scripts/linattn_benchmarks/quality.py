@@ -88,6 +88,10 @@ LM_MODELS[SOFTMAX_CONV_GATE] = ("linear_transformer_lm", ["--linear-attention", 
 # and elu+1 (kernel attention, which has neither by default) given them: the mechanism's share of the gated ones' lead
 LINEAR_CONV_GATE = "elu+1+conv+gate"
 LM_MODELS[LINEAR_CONV_GATE] = ("linear_transformer_lm", ["--feature-map", "elu", "--short-conv", "4", "--output-gate", "1"])
+# and each mechanism without them (--models picks them)
+BARE = {f"{name}-bare": (name, ["--short-conv", "0", "--output-gate", "0"]) for name in GATED_MECHANISMS}
+LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", mechanism, *extra])
+                  for name, (mechanism, extra) in BARE.items()})
 # past the training length: the recurrent state on its own (no positional embeddings: positions it never saw cannot
 # hurt it), and trained from carried states (--train-state carried: the states long inputs reach); --models picks them
 PAST_LENGTH = {f"{name}-nopos": (name, ["--no-token-positional-embeddings"]) for name in GATED_MECHANISMS}
@@ -382,7 +386,7 @@ class MechanismQualityBenchmark(QualityBenchmark):
         parser.set_defaults(only=self.PARTS, work_dir=str(Path(ROOT) / "runs" / "quality_mechanisms"))
         parser.add_argument("--models", type=names_among(LM_MODELS), default=None,
                             help=f"comma-separated, transformer_lm always first (default: {', '.join(MECHANISM_MODELS)}; "
-                                 f"also {', '.join(PAST_LENGTH)})")
+                                 f"also {', '.join([*BARE, *PAST_LENGTH])})")
 
     def measure(self, args, data):
         if args.models:
