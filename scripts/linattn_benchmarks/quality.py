@@ -74,6 +74,8 @@ LM_MODELS = {
     "linear elu+1": ("linear_transformer_lm", ["--feature-map", "elu"]),
     "linear relu": ("linear_transformer_lm", ["--feature-map", "relu"]),
     "linear FAVOR+": ("linear_transformer_lm", ["--feature-map", "favor"]),
+    "linear hedgehog": ("linear_transformer_lm", ["--feature-map", "hedgehog"]),
+    "linear t2r": ("linear_transformer_lm", ["--feature-map", "t2r"]),
 }
 SOFTMAX_LM, LINEAR_LM = "transformer_lm", "linear elu+1"
 # --linear-attention's mechanisms with a decaying / gated / overwritten state (Issue: "linear attention that matches
@@ -253,19 +255,26 @@ class Quality:
             pretrained["dev_accuracy"] = max(accuracies) if s.keep_best else accuracies[-1]
         return pretrained["dev_accuracy"]
 
-    def language_model(self, name: str, echo=None) -> Dict:
+    def lm_args(self, name: str) -> List:
+        """fairseq-train's task and model flags for the causal LM ``name`` of LM_MODELS."""
         arch, extra = LM_MODELS[name]
         s, n = self.s, self.s.lm_tokens
         ffn = s.ffn - s.dim // 2 if name in OUTPUT_GATED else s.ffn  # the output gate's d x d, see LM_MODELS
-        run = self.train(("lm", arch, n, *extra), [
-            self.data.lm, "--task", "language_modeling", "--arch", arch, "--decoder-layers", s.layers,
-            "--decoder-embed-dim", s.dim, "--decoder-ffn-embed-dim", ffn, "--decoder-attention-heads", s.heads,
-            # fairseq's transformer_lm keeps 512-wide input/output embeddings unless told (its config's defaults)
-            "--decoder-input-dim", s.dim, "--decoder-output-dim", s.dim, "--decoder-normalize-before",
-            *extra, "--share-decoder-input-output-embed", "--tokens-per-sample", n, "--sample-break-mode", "none",
-            # sinusoidal positions either way: the limit only lets eval-lm run past the training length
-            "--max-target-positions", n * s.extrapolation, *self.training_dropout()],
-            s.lm_updates, s.lm_lr, s.lm_batch or s.tokens_per_batch // n, echo=echo)
+        return [self.data.lm, "--task", "language_modeling", "--arch", arch, "--decoder-layers", s.layers,
+                "--decoder-embed-dim", s.dim, "--decoder-ffn-embed-dim", ffn, "--decoder-attention-heads", s.heads,
+                # fairseq's transformer_lm keeps 512-wide input/output embeddings unless told (its config's defaults)
+                "--decoder-input-dim", s.dim, "--decoder-output-dim", s.dim, "--decoder-normalize-before",
+                *extra, "--share-decoder-input-output-embed", "--tokens-per-sample", n, "--sample-break-mode", "none",
+                # sinusoidal positions either way: the limit only lets eval-lm run past the training length
+                "--max-target-positions", n * s.extrapolation, *self.training_dropout()]
+
+    def lm_batch(self) -> int:
+        return self.s.lm_batch or self.s.tokens_per_batch // self.s.lm_tokens
+
+    def language_model(self, name: str, echo=None) -> Dict:
+        arch, extra = LM_MODELS[name]
+        s, n = self.s, self.s.lm_tokens
+        run = self.train(("lm", arch, n, *extra), self.lm_args(name), s.lm_updates, s.lm_lr, self.lm_batch(), echo=echo)
         if "test_ppl" not in run:
             run["test_ppl"] = self.eval_lm(run, n, n // 2)[0]
         return run
@@ -313,9 +322,7 @@ class QualityBenchmark(Study):
         out = data.setdefault("study", {"scale": asdict(scale), "stages_s": {}})
         out["unigram_test_ppl"] = unigram_perplexity(corpus.lm, "test")
         out["majority_baseline"] = corpus.majority_baseline
-        stages = (("mlm", self.masked_lm), ("length", self.length), ("lm", self.causal_lm),
-                  ("extrapolation", self.extrapolation), ("finetune", self.finetune))
-        for part, stage in stages:
+        for part, stage in self.stages():
             if part in parts:
                 t = time.time()
                 say(f"== {part}", "quality")
@@ -323,6 +330,11 @@ class QualityBenchmark(Study):
                 out["stages_s"][part] = round(time.time() - t, 1)
         out["total_s"] = round(time.time() - started, 1)
         data["results"] = [{"case": key} for key in out if key in parts]
+
+    def stages(self):
+        """(part, what runs it) in order; --only picks parts."""
+        return (("mlm", self.masked_lm), ("length", self.length), ("lm", self.causal_lm),
+                ("extrapolation", self.extrapolation), ("finetune", self.finetune))
 
     @staticmethod
     def _row(run: Dict) -> Dict:

@@ -89,3 +89,20 @@ def test_quick_mechanism_study_writes_its_table(tmp_path):
     assert set(study["lm"]) == {"transformer_lm", mechanism}
     assert all(math.isfinite(p) for r in study["extrapolation"].values() for p in r["by_position"])
     assert f"goal: {mechanism}:" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_quick_linearize_study_writes_its_table(tmp_path):
+    """scripts/bench_linearize.py --quick: a transformer_lm parent, its conversion, attention transfer and finetune at
+    two budgets, the finetune alone and the linear model from scratch, each scored by fairseq-eval-lm."""
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, os.path.join("scripts", "bench_linearize.py"), "--quick", "--out", str(out),
+                           "--work-dir", str(tmp_path / "work")], capture_output=True, text=True, timeout=900,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads((out / "linearize.json").read_text())["study"]["linearize"]["rows"]
+    assert {"transformer_lm (parent)", "linear hedgehog from scratch", "converted, no update", "transfer, 12.5%",
+            "transfer + finetune, 50%", "finetune only (no transfer), 50%"} <= set(rows)
+    assert all(math.isfinite(row["test_ppl"]) and row["test_ppl"] > 1 for row in rows.values())
+    assert "| transfer + finetune, 25% | 2 (25%) |" in (out / "linearize.md").read_text()
+    assert "goal: transfer + finetune, 50%" in proc.stdout + proc.stderr
