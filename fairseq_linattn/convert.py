@@ -1,5 +1,6 @@
 """Warm-start one of our models from a trained fairseq softmax model: RoBERTa -> ``linformer_roberta`` or
-``linear_roberta``, ``transformer_lm`` -> ``linear_transformer_lm`` (any causal mechanism or layout).
+``linear_roberta``, ``transformer_lm`` -> ``linear_transformer_lm`` (any causal mechanism or layout), ``transformer``
+(translation) -> ``linear_transformer`` (each role's attention as its options say).
 
     python scripts/warm_start_from_roberta.py roberta/checkpoint_best.pt linformer/warm_start.pt \\
         --data data-bin/corpus --compressed 4 --init-projection identity-like
@@ -31,7 +32,7 @@ import logging
 from argparse import Namespace
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple, Type
+from typing import Callable, Dict, List, Optional, Type
 
 import torch
 import torch.nn.functional as F
@@ -39,12 +40,14 @@ from fairseq import checkpoint_utils
 from fairseq.dataclass.utils import overwrite_args_by_name
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY, MODEL_REGISTRY, build_model
 from fairseq.models.roberta import RobertaModel
+from fairseq.models.transformer import TransformerModel
 from fairseq.models.transformer_lm import TransformerLanguageModel
 from omegaconf import OmegaConf
 
 from .attention.base import SelfAttention
 from .attention.feature_maps import FeatureMap, LearnedFeatureMap
 from .attention.projections import SequenceProjection
+from .models.linear_transformer import LinearTransformerModel
 from .models.plugin_model import PluginModel
 from .models.roberta import SwappedAttentionRobertaModel  # the package import registers every model
 from .models.transformer_lm import SwappedAttentionLanguageModel
@@ -62,8 +65,9 @@ class Family:
     target_class: Type  # our models of the family subclass it
     default_target: str
     causal: bool  # the attention options are a decoder's
-    shape_options: Tuple[str, ...]  # model-shape options fairseq-train must repeat when it restores the conversion
     output_layer: Callable  # model -> its module from the final features to the vocabulary's logits
+    output_tokens: str = "src_tokens"  # the net_input entry whose positions the output layer predicts at
+    role_options: Optional[Callable] = None  # parser -> adds a target's options besides its attention's
 
     def targets(self) -> Dict[str, Type]:
         """Every registered model of this family with another attention, so that a model added later is a target
@@ -72,6 +76,8 @@ class Family:
 
     def add_options(self, model: str, parser):
         self.targets()[model].attention_stack().options_class.add_args(parser, causal=self.causal)
+        if self.role_options is not None:
+            self.role_options(parser)
 
     def option_names(self, model: str) -> List[str]:
         """The options ``model`` adds to the source's (its attention's), taken from the model itself."""
@@ -82,12 +88,12 @@ class Family:
 
 FAMILIES = (
     Family("roberta", RobertaModel, SwappedAttentionRobertaModel, "linformer_roberta", causal=False,
-           shape_options=("encoder_layers", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads"),
            output_layer=lambda model: model.encoder.output_layer),
     Family("transformer_lm", TransformerLanguageModel, SwappedAttentionLanguageModel, "linear_transformer_lm",
-           causal=True,
-           shape_options=("decoder_layers", "decoder_embed_dim", "decoder_ffn_embed_dim", "decoder_attention_heads"),
-           output_layer=lambda model: model.decoder.output_layer),
+           causal=True, output_layer=lambda model: model.decoder.output_layer),
+    Family("transformer", TransformerModel, LinearTransformerModel, "linear_transformer", causal=True,
+           output_layer=lambda model: model.decoder.output_layer, output_tokens="prev_output_tokens",
+           role_options=LinearTransformerModel.add_role_args),
 )
 
 
@@ -117,7 +123,7 @@ def target_option_names(model: str) -> List[str]:
 # ---------------------------------------------------------------------------------------------- source
 @dataclass
 class Source:
-    model: object  # a fairseq RobertaModel or TransformerLanguageModel
+    model: object  # a fairseq RobertaModel, TransformerLanguageModel or TransformerModel
     task: object
     cfg: object  # the checkpoint's cfg, with --data applied
     model_args: Namespace  # the checkpoint's cfg.model as it was saved: the basis of the target's
@@ -125,7 +131,8 @@ class Source:
 
 
 def load_source(path: str | Path, data: Optional[str | Path] = None) -> Source:
-    """Load a RoBERTa or transformer_lm checkpoint with fairseq's loader (which also upgrades old checkpoints)."""
+    """Load a RoBERTa, transformer_lm or transformer checkpoint with fairseq's loader (which also upgrades old
+    checkpoints)."""
     state = checkpoint_utils.load_checkpoint_to_cpu(str(path))
     model_args = as_namespace(state["cfg"].model)
     trained_on = state["cfg"].task.data
@@ -137,8 +144,7 @@ def load_source(path: str | Path, data: Optional[str | Path] = None) -> Source:
     if family is None:
         raise ValueError(
             f"{path} holds a {arch!r} model; the warm start converts fairseq's RoBERTa checkpoints (arch roberta, "
-            "roberta_base, roberta_large or another arch of the 'roberta' model) and transformer_lm ones (any "
-            "transformer_lm arch)"
+            "roberta_base, roberta_large or another arch of the 'roberta' model), transformer_lm and transformer ones"
         )
     try:
         [model], cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], state=state)
@@ -245,10 +251,12 @@ class Agreement:
 
 
 @torch.no_grad()
-def agreement(source, target, tokens: torch.Tensor, pad: int, sample: str, family: Family) -> Agreement:
-    real = tokens.ne(pad)
-    source_features, _ = source(tokens, features_only=True)
-    target_features, _ = target(tokens, features_only=True)
+def agreement(source, target, net_input: Dict[str, torch.Tensor], pad: int, sample: str, family: Family) -> Agreement:
+    """How close ``target`` is to ``source`` on ``net_input`` (a batch of the task's): their final features and their
+    output heads' top-1 predictions, at the real (non-pad) positions those have."""
+    real = net_input[family.output_tokens].ne(pad)
+    source_features, _ = source(**net_input, features_only=True)
+    target_features, _ = target(**net_input, features_only=True)
     cosine = F.cosine_similarity(source_features, target_features, dim=-1)[real]
     source_top1 = family.output_layer(source)(source_features).argmax(-1)
     target_top1 = family.output_layer(target)(target_features).argmax(-1)
@@ -256,9 +264,10 @@ def agreement(source, target, tokens: torch.Tensor, pad: int, sample: str, famil
     return Agreement(sample, int(real.sum()), cosine.mean().item(), same.mean().item())
 
 
-def sample_tokens(task, split: str, size: int, max_positions: int, seed: int):
-    """The first ``size`` sequences of the task's ``split`` (what the models are trained on), or random
-    tokens when the data-bin has no such split (e.g. a dictionary-only folder)."""
+def sample_batch(task, split: str, size: int, max_positions: int, seed: int):
+    """A batch of the first ``size`` examples of the task's ``split`` (what the models are trained on) as the
+    models take it (``net_input``, cut to ``max_positions``), or random tokens when the data-bin has no such split
+    (e.g. a dictionary-only folder)."""
     try:
         task.load_dataset(split)
     # masked_lm raises FileNotFoundError for a missing split; sentence_prediction fails an assertion
@@ -267,10 +276,18 @@ def sample_tokens(task, split: str, size: int, max_positions: int, seed: int):
         generator = torch.Generator().manual_seed(seed)
         tokens = torch.randint(dictionary.nspecial, len(dictionary), (size, max_positions), generator=generator)
         tokens[:, 0], tokens[:, -1] = dictionary.bos(), dictionary.eos()
-        return tokens, f"{size} random token sequences (no '{split}' split in the data)"
+        net_input = {"src_tokens": tokens}
+        if task.target_dictionary is not None and task.target_dictionary is not dictionary:  # translation
+            net_input.update(src_lengths=torch.full((size,), max_positions), prev_output_tokens=tokens.clone())
+        return net_input, f"{size} random token sequences (no '{split}' split in the data)"
     dataset = task.dataset(split)
     batch = dataset.collater([dataset[i] for i in range(min(size, len(dataset)))])
-    return batch["net_input"]["src_tokens"][:, :max_positions], f"{len(batch['id'])} sequences of '{split}'"
+    net_input = {name: value[:, :max_positions] if name.endswith("tokens") else value
+                 for name, value in batch["net_input"].items() if name in ("src_tokens", "src_lengths",
+                                                                             "prev_output_tokens")}
+    if "src_lengths" in net_input:
+        net_input["src_lengths"] = net_input["src_lengths"].clamp(max=max_positions)
+    return net_input, f"{len(batch['id'])} sequences of '{split}'"
 
 
 # ---------------------------------------------------------------------------------------------- checkpoint
@@ -298,8 +315,7 @@ def checkpoint_state(target: WarmStart, target_args: Namespace, source: Source, 
 
 def training_flags(args: Namespace, model: str) -> List[str]:
     """The fairseq-train flags that rebuild this model: the arch, max positions (Linformer's n: an encoder's), and
-    the options that differ from the arch's defaults: every model option of a dataclass-configured model (a
-    language model's), else the shape options and the attention options that were set."""
+    every model option (its dataclass's fields, or its add_args's flags) that differs from the arch's defaults."""
     defaults = Namespace()
     ARCH_CONFIG_REGISTRY[args.arch](defaults)
     family = target_family(model)
@@ -307,14 +323,17 @@ def training_flags(args: Namespace, model: str) -> List[str]:
     if not family.causal:
         flags += ["--max-positions", str(args.max_positions)]
     config_class = MODEL_DATACLASS_REGISTRY.get(model)
-    if config_class is None:
-        names = {name: None for name in (*family.shape_options, *family.option_names(model))}
+    if config_class is None:  # the model's add_args: its options whose default only the arch sets
+        parser = argparse.ArgumentParser(add_help=False)
+        family.targets()[model].add_args(parser)
+        names = {action.dest: None for action in parser._actions if action.dest != "max_positions"}
     else:  # fields that take their value from the task's (${task.tokens_per_sample}) are the task's flags
         names = {f.name: f.default for f in dataclasses.fields(config_class)
                  if not f.name.startswith("_") and not str(f.default).startswith("${")}
     for name, field_default in names.items():
         value = getattr(args, name, None)
-        if value is None or value == getattr(defaults, name, field_default):
+        default = getattr(defaults, name, field_default)
+        if value is None or value == default or (default is None and not value):  # unset: 0, False, ""
             continue
         if isinstance(value, bool):  # store_true flags; a False whose default is True has no flag to say it
             flags += ["--" + name.replace("_", "-")] if value else []
@@ -361,8 +380,8 @@ def convert(source_path: str | Path, output_path: str | Path, model: Optional[st
             options: Optional[Dict[str, object]] = None, data: Optional[str | Path] = None,
             max_positions: Optional[int] = None, init_projection: str = "default", sample_split: str = "valid",
             sample_size: int = 16, seed: int = 1) -> Conversion:
-    """Convert the RoBERTa or transformer_lm checkpoint at ``source_path`` into a ``model`` checkpoint (default: the
-    family's, linformer_roberta or linear_transformer_lm) at ``output_path``."""
+    """Convert the RoBERTa, transformer_lm or transformer checkpoint at ``source_path`` into a ``model`` checkpoint
+    (default: the family's, see :data:`FAMILIES`) at ``output_path``."""
     source = load_source(source_path, data)
     model = model or source.family.default_target
     if target_family(model) is not source.family:
@@ -383,23 +402,25 @@ def convert(source_path: str | Path, output_path: str | Path, model: Optional[st
         learned_feature_maps=any(isinstance(m, LearnedFeatureMap) for m in result.model.modules()),
     )
     if sample_size > 0:
-        length = getattr(args, "max_positions", None) or getattr(args, "max_target_positions", None) or 512
-        tokens, sample = sample_tokens(source.task, sample_split, sample_size, length, seed)
-        conversion.agreement = agreement(source.model, result.model, tokens, source.task.source_dictionary.pad(),
+        length = min(getattr(args, name, None) or 512 for name in ("max_positions", "max_source_positions",
+                                                                     "max_target_positions"))
+        net_input, sample = sample_batch(source.task, sample_split, sample_size, length, seed)
+        conversion.agreement = agreement(source.model, result.model, net_input, source.task.source_dictionary.pad(),
                                          sample, source.family)
     return conversion
 
 
 def main(argv: Optional[List[str]] = None) -> Conversion:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source", help="fairseq RoBERTa or transformer_lm checkpoint (e.g. checkpoints/checkpoint_best.pt)")
+    parser.add_argument("source", help="fairseq RoBERTa, transformer_lm or transformer checkpoint (e.g. "
+                                       "checkpoints/checkpoint_best.pt)")
     parser.add_argument("output", help="where to write the converted checkpoint")
     parser.add_argument("--data", help="data-bin with the source's dict.txt (default: the one its cfg names); "
                                        "its valid split, if any, is the agreement sample")
     targets = every_target()
     parser.add_argument("--model", choices=sorted(targets),
                         help="the model to convert to (default: linformer_roberta for a RoBERTa, linear_transformer_lm "
-                             "for a transformer_lm)")
+                             "for a transformer_lm, linear_transformer for a transformer)")
     parser.add_argument("--max-positions", type=int,
                         help="RoBERTa: must equal the source's (its positional embeddings fix it); checked when given")
     parser.add_argument("--init-projection", choices=INIT_PROJECTIONS, default="default",
@@ -458,8 +479,8 @@ def checkpoint_family(source: str, parser) -> Family:
     arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
     family = source_family(ARCH_MODEL_REGISTRY.get(arch) or MODEL_REGISTRY.get(arch))
     if family is None:
-        parser.error(f"{source} holds a {arch!r} model; the warm start converts fairseq's RoBERTa and transformer_lm "
-                     "checkpoints")
+        parser.error(f"{source} holds a {arch!r} model; the warm start converts fairseq's RoBERTa, transformer_lm and "
+                     "transformer checkpoints")
     return family
 
 

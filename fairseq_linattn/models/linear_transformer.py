@@ -165,6 +165,11 @@ class LinearTransformerModel(PluginModel, TransformerModel):
     def add_args(cls, parser):
         TransformerModel.add_args(parser)
         KernelOptions.add_args(parser, causal=True)
+        cls.add_role_args(parser)
+
+    @classmethod
+    def add_role_args(cls, parser):
+        """The options that pick each role's attention besides --linear-attention (the decoder's)."""
         parser.add_argument("--encoder-attention", choices=ENCODER_ATTENTIONS,
                             help="the encoder's self-attention: kernel (--feature-map's, bidirectional) or fairseq's "
                                  f"softmax encoder layer (default {DEFAULT_ENCODER_ATTENTION}); --linear-attention is "

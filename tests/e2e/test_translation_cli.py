@@ -135,3 +135,36 @@ def test_hydra_config(catalog_data, tmp_path):
               f"checkpoint.save_dir={tmp_path / 'ckpt'}", cwd=tmp_path)
     assert "(encoder_attn): MultiheadAttention(" in log and "relu: 32 -> 32" in log, log[-4000:]
     assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
+
+
+def test_a_trained_transformer_converts(catalog_data, tmp_path):
+    """fairseq-linattn-warm-start from fairseq's own transformer: softmax in every role (and no convolution or gate)
+    is the parent exactly (fairseq-generate's scores); hedgehog kernel attention prints the flags that rebuild it,
+    with which the attention transfer restarts from the conversion."""
+    parent = tmp_path / "parent"
+    run("fairseq-train", catalog_data, "--user-dir", USER_DIR, *TRAIN, "--arch", "transformer_tiny", "--max-update", "4",
+        "--save-dir", parent)
+
+    def scores(path):
+        log = run("fairseq-generate", catalog_data, "--user-dir", USER_DIR, "--path", path, "--gen-subset", "test",
+                  "--beam", "2", "--batch-size", "16", "--cpu", "--max-len-b", "10")
+        return sorted(re.findall(r"^H-(\d+)\t(\S+)\t(.*)$", log, re.M))
+
+    softmax = ["--encoder-attention", "softmax", "--cross-attention", "softmax", "--linear-attention", "softmax",
+               "--short-conv", "0", "--output-gate", "0"]
+    log = run("fairseq-linattn-warm-start", parent / "checkpoint_last.pt", tmp_path / "softmax.pt", "--data",
+              catalog_data, *softmax)
+    assert "new: none" in log and "top-1 agreement of the output heads 100.0%" in log, log[-2000:]
+    ours, theirs = scores(tmp_path / "softmax.pt"), scores(parent / "checkpoint_last.pt")
+    assert [(i, text) for i, _, text in ours] == [(i, text) for i, _, text in theirs] and ours
+    assert all(abs(float(a[1]) - float(b[1])) < 1e-5 for a, b in zip(ours, theirs))  # fp32 rounding
+    log = run("fairseq-linattn-warm-start", parent / "checkpoint_last.pt", tmp_path / "hedgehog.pt", "--data",
+              catalog_data, "--feature-map", "hedgehog")
+    flags = re.search(r"(--arch .*) --restore-file", log).group(1).split()
+    assert flags[:2] == ["--arch", "linear_transformer_tiny"] and "--share-all-embeddings" in flags, flags
+    criterion = TRAIN.index("--criterion")  # the transfer's own, instead of label smoothing
+    log = run("fairseq-train", catalog_data, "--user-dir", USER_DIR, *TRAIN[:criterion], *TRAIN[criterion + 4:], *flags,
+              "--criterion", "attention_transfer",
+              "--restore-file", tmp_path / "hedgehog.pt", "--reset-optimizer", "--reset-dataloader", "--reset-meters",
+              "--max-update", "2", "--save-dir", tmp_path / "transfer")
+    assert "task_loss" in log
