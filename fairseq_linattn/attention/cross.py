@@ -47,9 +47,14 @@ class KernelCrossAttention(KernelAttention):
         if value is not None and value is not key:
             raise NotImplementedError("kernel encoder-decoder attention attends to one encoder output (key is value)")
         summary = self.source_summary(key, key_padding_mask, incremental_state)
-        q = self.feature_map(self.split_heads(self.q_proj(query)), is_query=True)
+        q_heads = self.split_heads(self.q_proj(query))
+        q = self.feature_map(q_heads, is_query=True)
         eps = self.LOG_SCALED_EPS if self.feature_map.log_scaled_keys else self.eps  # as KernelAttention's
         heads = attend_to_summary(q, summary, eps)
+        if self.transfer and incremental_state is None:  # --criterion attention_transfer: softmax over the source
+            k_heads, v = self.split_heads(self.k_proj(key)), self.split_heads(self.v_proj(key))
+            self.transfer_loss = self.softmax_difference(heads, q_heads, k_heads, v, key_padding_mask,
+                                                         query_padding_mask=None)
         return self.out_proj(self.merge_heads(heads.to(query.dtype))), None
 
     def source_summary(self, source: Optional[Tensor], padding_mask: Optional[Tensor],

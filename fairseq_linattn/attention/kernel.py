@@ -143,9 +143,14 @@ class KernelAttention(SelfAttention):
         qkv = self.conv.cached(qkv, buffer)
         return tuple(self.split_heads(part.transpose(0, 1)) for part in qkv.chunk(3, -1))
 
-    def softmax_difference(self, out: Tensor, q: Tensor, k: Tensor, v: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-        """Mean squared difference (over real positions) between this attention's output and softmax attention's over
-        the same projections (the teacher: no gradient; scaled by head_dim^-0.5, causal if this attention is)."""
+    SAME = object()  # softmax_difference's queries are the keys' positions (self-attention)
+
+    def softmax_difference(self, out: Tensor, q: Tensor, k: Tensor, v: Tensor, padding_mask: Optional[Tensor],
+                           query_padding_mask=SAME) -> Tensor:
+        """Mean squared difference (over real query positions) between this attention's output and softmax
+        attention's over the same projections (the teacher: no gradient; scaled by head_dim^-0.5, causal if this
+        attention is). ``padding_mask``: the keys' (B x S); ``query_padding_mask``: the queries' (B x T), by default
+        the keys' (self-attention); None: every query is real."""
         future = None
         if self.causal:
             future = torch.ones(q.size(2), q.size(2), dtype=torch.bool, device=q.device).triu(1)
@@ -153,6 +158,7 @@ class KernelAttention(SelfAttention):
             teacher, _ = softmax_attention(q, k, v, key_padding_mask=padding_mask, attn_mask=future,
                                            scale=self.head_dim ** -0.5)
         squared = (out.float() - teacher.float()).pow(2).mean(-1)  # B x H x T
+        padding_mask = padding_mask if query_padding_mask is self.SAME else query_padding_mask
         if padding_mask is None:
             return squared.mean()
         real = ~padding_mask[:, None, :]

@@ -4,7 +4,8 @@ softmax model)."""
 import pytest
 import torch
 
-from fairseq_linattn.attention import KernelAttention
+from fairseq_linattn.attention import KernelAttention, KernelCrossAttention
+from fairseq_linattn.attention.ops.linear_attn.bidirectional import attend_to_summary
 from fairseq_linattn.attention.ops.softmax import softmax_attention
 from fairseq_linattn.criterions.attention_transfer import AttentionTransferCriterion
 
@@ -37,6 +38,25 @@ def test_pads_are_left_out_of_the_transfer_loss():
     padded = torch.cat([torch.randn(3, 1, 32, dtype=torch.float64) * 50, x])
     attn(padded, key_padding_mask=torch.tensor([[True] * 3 + [False] * 6]))
     torch.testing.assert_close(attn.transfer_loss, alone)
+
+
+def test_cross_attention_transfers_to_softmax_over_the_source():
+    """Encoder-decoder kernel attention: softmax over the source (its pads left out) is the teacher, at every target
+    position (the decoder does not tell the cross-attention which targets are pads)."""
+    torch.manual_seed(0)
+    attn = KernelCrossAttention(32, 4, source_dim=24, feature_map="hedgehog").double()
+    attn.transfer = True
+    target, source = torch.randn(5, 2, 32, dtype=torch.float64), torch.randn(7, 2, 24, dtype=torch.float64)
+    pads = torch.tensor([[False] * 7, [True] * 2 + [False] * 5])
+    out, _ = attn(target, source, source, key_padding_mask=pads)
+    q = attn.split_heads(attn.q_proj(target))
+    k, v = attn.split_heads(attn.k_proj(source)), attn.split_heads(attn.v_proj(source))
+    teacher, _ = softmax_attention(q, k, v, key_padding_mask=pads, scale=8 ** -0.5)
+    with torch.no_grad():  # the heads before the output projection, recomputed
+        linear = attend_to_summary(attn.feature_map(q, is_query=True), attn.source_summary(source, pads, None), attn.eps)
+    torch.testing.assert_close(attn.transfer_loss.detach(), (linear - teacher).pow(2).mean().float())
+    attn.transfer_loss.backward()
+    assert attn.feature_map.weight.grad.abs().sum() > 0 and out.shape == target.shape
 
 
 def sample(task, batch=4, length=24):
