@@ -36,6 +36,8 @@ MODELS: Dict[str, Tuple[str, List[str]]] = {
     "softmax+conv": ("linear_transformer_lm", ["--linear-attention", "softmax", "--output-gate", "0"]),
     "softmax+conv+gate": ("linear_transformer_lm", ["--linear-attention", "softmax"]),
     "elu+1": ("linear_transformer_lm", ["--feature-map", "elu"]),
+    # and elu+1 (which has neither unless asked) given the convolution: the mechanism's share of recall, apart from it
+    "elu+1+conv": ("linear_transformer_lm", ["--feature-map", "elu", "--short-conv", "4"]),
     "favor+": ("linear_transformer_lm", ["--feature-map", "favor"]),
     **{name: ("linear_transformer_lm", ["--linear-attention", name]) for name in GATED},
     # the mechanisms with Mamba-2's decay, also with its ten times slower initial rates (--decay-init long: why,
