@@ -47,13 +47,18 @@ from omegaconf import OmegaConf
 from .attention.base import SelfAttention
 from .attention.feature_maps import FeatureMap, LearnedFeatureMap
 from .attention.projections import SequenceProjection
-from .models.linear_transformer import LinearTransformerModel
+from .models.linear_transformer import LinearTransformerModel, attention_roles
 from .models.plugin_model import PluginModel
 from .models.roberta import SwappedAttentionRobertaModel  # the package import registers every model
 from .models.transformer_lm import SwappedAttentionLanguageModel
 
 INIT_PROJECTIONS = ("default", "identity-like")
 FAIRSEQ_PROJECTIONS = ("q_proj.", "k_proj.", "v_proj.", "out_proj.")  # an attention's weights that the source has
+
+
+class OptionError(ValueError):
+    """The options asked for cannot describe a target model: the user's to fix (the command line says it in one
+    line)."""
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class Family:
     output_layer: Callable  # model -> its module from the final features to the vocabulary's logits
     output_tokens: str = "src_tokens"  # the net_input entry whose positions the output layer predicts at
     role_options: Optional[Callable] = None  # parser -> adds a target's options besides its attention's
+    check_roles: Optional[Callable] = None  # model args -> checks every role's options (ValueError: a mistake)
 
     def targets(self) -> Dict[str, Type]:
         """Every registered model of this family with another attention, so that a model added later is a target
@@ -78,6 +84,17 @@ class Family:
         self.targets()[model].attention_stack().options_class.add_args(parser, causal=self.causal)
         if self.role_options is not None:
             self.role_options(parser)
+
+    def check_options(self, model: str, args: Namespace):
+        """The target's options, checked as the model will check them when it is built: an OptionError names the
+        mistake (at start-up, before any weight is read)."""
+        try:
+            if self.check_roles is not None:  # the roles' options, each checked by its own options class
+                self.check_roles(args)
+            else:
+                self.targets()[model].attention_stack().options_class.from_args(args)
+        except ValueError as error:
+            raise OptionError(str(error)) from None
 
     def option_names(self, model: str) -> List[str]:
         """The options ``model`` adds to the source's (its attention's), taken from the model itself."""
@@ -93,8 +110,9 @@ FAMILIES = (
            causal=True, output_layer=lambda model: model.decoder.output_layer),
     Family("transformer", TransformerModel, LinearTransformerModel, "linear_transformer", causal=True,
            output_layer=lambda model: model.decoder.output_layer, output_tokens="prev_output_tokens",
-           role_options=LinearTransformerModel.add_role_args),
+           role_options=LinearTransformerModel.add_role_args, check_roles=attention_roles),
 )
+
 
 
 def target_family(model: str) -> Family:
@@ -173,10 +191,10 @@ def target_model_args(source_args: Namespace, model: str, options: Dict[str, obj
     accepted = set(family.option_names(model))
     foreign = sorted(name for name, value in options.items() if value is not None and name not in accepted)
     if foreign:
-        raise ValueError(f"options {foreign} do not apply to {model}; it takes {sorted(accepted)}")
+        raise OptionError(f"options {foreign} do not apply to {model}; it takes {sorted(accepted)}")
     source_positions = getattr(source_args, "max_positions", None)
     if max_positions is not None and max_positions != source_positions:
-        raise ValueError(
+        raise OptionError(
             f"--max-positions {max_positions} does not match the source's max_positions {source_positions}: the "
             f"learned positional embeddings are copied as they are ({source_positions} positions), and "
             "Linformer's projections are built for that length. Convert with the source's max positions "
@@ -189,6 +207,7 @@ def target_model_args(source_args: Namespace, model: str, options: Dict[str, obj
     for name, value in options.items():
         if value is not None:
             setattr(args, name, value)
+    family.check_options(model, args)
     return args
 
 
@@ -385,7 +404,7 @@ def convert(source_path: str | Path, output_path: str | Path, model: Optional[st
     source = load_source(source_path, data)
     model = model or source.family.default_target
     if target_family(model) is not source.family:
-        raise ValueError(f"{source_path} is a {source.family.name} model, which converts to "
+        raise OptionError(f"{source_path} is a {source.family.name} model, which converts to "
                          f"{', '.join(source.family.targets())}, not to {model}")
     args = target_model_args(source.model_args, model, options or {}, max_positions)
     torch.manual_seed(seed)  # the new projections / random features
@@ -443,8 +462,11 @@ def main(argv: Optional[List[str]] = None) -> Conversion:
     if foreign:
         flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
         parser.error(f"{flags}: not an option of --model {model}")
-    conversion = convert(args.source, args.output, model, options, args.data, args.max_positions,
-                         args.init_projection, args.sample_split, args.sample_size, args.seed)
+    try:
+        conversion = convert(args.source, args.output, model, options, args.data, args.max_positions,
+                             args.init_projection, args.sample_split, args.sample_size, args.seed)
+    except OptionError as error:
+        parser.error(str(error))
     print(conversion.summary())
     return conversion
 

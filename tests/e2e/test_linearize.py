@@ -68,6 +68,8 @@ def test_gated_delta_conversion_initialises_its_new_parts(spm_data, parent, tmp_
 @pytest.mark.parametrize("extra, message", [
     (["--model", "linear_roberta"], "is a transformer_lm model: --model linear_roberta is not one of its targets"),
     (["--compressed", "4"], "--compressed: not an option of --model linear_transformer_lm"),
+    (["--feature-map", "hedgehog", "--linear-attention", "gated-delta"], "gated-delta has no feature map"),
+    (["--short-conv", "1"], "--short-conv is the convolution's width"),
 ])
 def test_wrong_targets_are_one_line_errors(spm_data, parent, tmp_path, extra, message):
     log = run("fairseq-linattn-warm-start", parent, tmp_path / "x.pt", *extra, check=False)

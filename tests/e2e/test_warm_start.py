@@ -130,3 +130,11 @@ def test_identity_projection_with_k_equal_n_reproduces_roberta():
     randomly_initialised = warm_start(source, task, target_model_args(source.args, "linformer_roberta",
                                                                       {"compressed": 1})).model
     assert not torch.allclose(randomly_initialised(tokens, features_only=True)[0], expected, atol=1e-3)
+
+
+def test_linformer_options_that_cannot_describe_the_model_are_one_line_errors(roberta, mlm_data, tmp_path):
+    """Checked against the source's shape before any weight is read: --compressed is n/k, at most the positions."""
+    log = run("fairseq-linattn-warm-start", roberta, tmp_path / "x.pt", "--data", mlm_data, "--compressed", "1000",
+              check=False)
+    assert log.returncode == 2 and "--compressed is n/k" in log and "Traceback" not in log, log[-2000:]
+    assert not (tmp_path / "x.pt").exists()
