@@ -28,114 +28,26 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
-import logging
 from argparse import Namespace
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Type
+from typing import Dict, List, Optional
 
 import torch
-import torch.nn.functional as F
 from fairseq import checkpoint_utils
 from fairseq.dataclass.utils import overwrite_args_by_name
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY, MODEL_REGISTRY, build_model
-from fairseq.models.roberta import RobertaModel
-from fairseq.models.transformer import TransformerModel
-from fairseq.models.transformer_lm import TransformerLanguageModel
 from omegaconf import OmegaConf
 
-from .attention.base import SelfAttention
-from .attention.feature_maps import FeatureMap, LearnedFeatureMap
-from .attention.projections import SequenceProjection
-from .models.linear_transformer import LinearTransformerModel, attention_roles
-from .models.plugin_model import PluginModel
-from .models.roberta import SwappedAttentionRobertaModel  # the package import registers every model
-from .models.transformer_lm import SwappedAttentionLanguageModel
+from ..attention.base import SelfAttention
+from ..attention.feature_maps import FeatureMap, LearnedFeatureMap
+from ..attention.projections import SequenceProjection
+from ..models.plugin_model import PluginModel
+from .agreement import Agreement, agreement, sample_batch
+from .families import FAMILIES, Family, OptionError, every_target, source_family, target_family, target_option_names
 
 INIT_PROJECTIONS = ("default", "identity-like")
 FAIRSEQ_PROJECTIONS = ("q_proj.", "k_proj.", "v_proj.", "out_proj.")  # an attention's weights that the source has
-
-
-class OptionError(ValueError):
-    """The options asked for cannot describe a target model: the user's to fix (the command line says it in one
-    line)."""
-
-
-@dataclass(frozen=True)
-class Family:
-    """A kind of fairseq softmax model that converts, and our models of that kind."""
-
-    name: str  # its arch prefix: roberta_large -> <target>_large
-    source_class: Type
-    target_class: Type  # our models of the family subclass it
-    default_target: str
-    causal: bool  # the attention options are a decoder's
-    output_layer: Callable  # model -> its module from the final features to the vocabulary's logits
-    output_tokens: str = "src_tokens"  # the net_input entry whose positions the output layer predicts at
-    role_options: Optional[Callable] = None  # parser -> adds a target's options besides its attention's
-    check_roles: Optional[Callable] = None  # model args -> checks every role's options (ValueError: a mistake)
-
-    def targets(self) -> Dict[str, Type]:
-        """Every registered model of this family with another attention, so that a model added later is a target
-        too. Read when asked, after every model has registered."""
-        return {name: model for name, model in sorted(MODEL_REGISTRY.items()) if issubclass(model, self.target_class)}
-
-    def add_options(self, model: str, parser):
-        self.targets()[model].attention_stack().options_class.add_args(parser, causal=self.causal)
-        if self.role_options is not None:
-            self.role_options(parser)
-
-    def check_options(self, model: str, args: Namespace):
-        """The target's options, checked as the model will check them when it is built: an OptionError names the
-        mistake (at start-up, before any weight is read)."""
-        try:
-            if self.check_roles is not None:  # the roles' options, each checked by its own options class
-                self.check_roles(args)
-            else:
-                self.targets()[model].attention_stack().options_class.from_args(args)
-        except ValueError as error:
-            raise OptionError(str(error)) from None
-
-    def option_names(self, model: str) -> List[str]:
-        """The options ``model`` adds to the source's (its attention's), taken from the model itself."""
-        parser = argparse.ArgumentParser(add_help=False)
-        self.add_options(model, parser)
-        return [action.dest for action in parser._actions]
-
-
-FAMILIES = (
-    Family("roberta", RobertaModel, SwappedAttentionRobertaModel, "linformer_roberta", causal=False,
-           output_layer=lambda model: model.encoder.output_layer),
-    Family("transformer_lm", TransformerLanguageModel, SwappedAttentionLanguageModel, "linear_transformer_lm",
-           causal=True, output_layer=lambda model: model.decoder.output_layer),
-    Family("transformer", TransformerModel, LinearTransformerModel, "linear_transformer", causal=True,
-           output_layer=lambda model: model.decoder.output_layer, output_tokens="prev_output_tokens",
-           role_options=LinearTransformerModel.add_role_args, check_roles=attention_roles),
-)
-
-
-
-def target_family(model: str) -> Family:
-    for family in FAMILIES:
-        if model in family.targets():
-            return family
-    raise ValueError(f"unknown target model {model!r}; choose one of {sorted(every_target())}")
-
-
-def every_target() -> Dict[str, Type]:
-    return {name: cls for family in FAMILIES for name, cls in family.targets().items()}
-
-
-def source_family(model_class: Optional[Type]) -> Optional[Family]:
-    """The family of a checkpoint's model class: a fairseq softmax model (not one of ours) of a known kind."""
-    if model_class is None or issubclass(model_class, PluginModel):
-        return None
-    return next((family for family in FAMILIES if issubclass(model_class, family.source_class)), None)
-
-
-def target_option_names(model: str) -> List[str]:
-    """The options ``model`` adds to the source's (its attention's), taken from the model itself."""
-    return target_family(model).option_names(model)
 
 
 # ---------------------------------------------------------------------------------------------- source
@@ -260,55 +172,6 @@ def new_tensor_names(model) -> set:
     return names
 
 
-# ---------------------------------------------------------------------------------------------- agreement
-@dataclass
-class Agreement:
-    sample: str  # where the tokens came from
-    tokens: int
-    feature_cosine: float  # mean cosine similarity of the final features, over non-pad tokens
-    top1: float  # share of non-pad tokens where both output heads (masked or next token) predict the same token
-
-
-@torch.no_grad()
-def agreement(source, target, net_input: Dict[str, torch.Tensor], pad: int, sample: str, family: Family) -> Agreement:
-    """How close ``target`` is to ``source`` on ``net_input`` (a batch of the task's): their final features and their
-    output heads' top-1 predictions, at the real (non-pad) positions those have."""
-    real = net_input[family.output_tokens].ne(pad)
-    source_features, _ = source(**net_input, features_only=True)
-    target_features, _ = target(**net_input, features_only=True)
-    cosine = F.cosine_similarity(source_features, target_features, dim=-1)[real]
-    source_top1 = family.output_layer(source)(source_features).argmax(-1)
-    target_top1 = family.output_layer(target)(target_features).argmax(-1)
-    same = source_top1.eq(target_top1)[real].float()
-    return Agreement(sample, int(real.sum()), cosine.mean().item(), same.mean().item())
-
-
-def sample_batch(task, split: str, size: int, max_positions: int, seed: int):
-    """A batch of the first ``size`` examples of the task's ``split`` (what the models are trained on) as the
-    models take it (``net_input``, cut to ``max_positions``), or random tokens when the data-bin has no such split
-    (e.g. a dictionary-only folder)."""
-    try:
-        task.load_dataset(split)
-    # masked_lm raises FileNotFoundError for a missing split; sentence_prediction fails an assertion
-    except (FileNotFoundError, AssertionError):
-        dictionary = task.source_dictionary
-        generator = torch.Generator().manual_seed(seed)
-        tokens = torch.randint(dictionary.nspecial, len(dictionary), (size, max_positions), generator=generator)
-        tokens[:, 0], tokens[:, -1] = dictionary.bos(), dictionary.eos()
-        net_input = {"src_tokens": tokens}
-        if task.target_dictionary is not None and task.target_dictionary is not dictionary:  # translation
-            net_input.update(src_lengths=torch.full((size,), max_positions), prev_output_tokens=tokens.clone())
-        return net_input, f"{size} random token sequences (no '{split}' split in the data)"
-    dataset = task.dataset(split)
-    batch = dataset.collater([dataset[i] for i in range(min(size, len(dataset)))])
-    net_input = {name: value[:, :max_positions] if name.endswith("tokens") else value
-                 for name, value in batch["net_input"].items() if name in ("src_tokens", "src_lengths",
-                                                                             "prev_output_tokens")}
-    if "src_lengths" in net_input:
-        net_input["src_lengths"] = net_input["src_lengths"].clamp(max=max_positions)
-    return net_input, f"{len(batch['id'])} sequences of '{split}'"
-
-
 # ---------------------------------------------------------------------------------------------- checkpoint
 def checkpoint_state(target: WarmStart, target_args: Namespace, source: Source, source_path) -> dict:
     """A fairseq checkpoint as the trainer writes one, minus optimizer state: training restarts from it."""
@@ -430,81 +293,12 @@ def convert(source_path: str | Path, output_path: str | Path, model: Optional[st
 
 
 def main(argv: Optional[List[str]] = None) -> Conversion:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("source", help="fairseq RoBERTa, transformer_lm or transformer checkpoint (e.g. "
-                                       "checkpoints/checkpoint_best.pt)")
-    parser.add_argument("output", help="where to write the converted checkpoint")
-    parser.add_argument("--data", help="data-bin with the source's dict.txt (default: the one its cfg names); "
-                                       "its valid split, if any, is the agreement sample")
-    targets = every_target()
-    parser.add_argument("--model", choices=sorted(targets),
-                        help="the model to convert to (default: linformer_roberta for a RoBERTa, linear_transformer_lm "
-                             "for a transformer_lm, linear_transformer for a transformer)")
-    parser.add_argument("--max-positions", type=int,
-                        help="RoBERTa: must equal the source's (its positional embeddings fix it); checked when given")
-    parser.add_argument("--init-projection", choices=INIT_PROJECTIONS, default="default",
-                        help="Linformer's learned/conv projections: as the model builds them (default), or "
-                             "window averages (identity-like: the identity when k = n), closer to the source")
-    parser.add_argument("--sample-split", default="valid", help="data split for the agreement summary")
-    parser.add_argument("--sample-size", type=int, default=16, help="sequences in the agreement sample (0: skip)")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the new projections / random features")
-    every_option = add_every_target_option(parser, targets)
-    args = parser.parse_args(argv)
-    # as fairseq_cli does: importing fairseq leaves the root logger at DEBUG (its text_to_speech task)
-    logging.basicConfig(format="%(levelname)s | %(name)s | %(message)s", level=logging.INFO, force=True)
-    family = checkpoint_family(args.source, parser)
-    model = args.model or family.default_target
-    if target_family(model) is not family:
-        parser.error(f"{args.source} is a {family.name} model: --model {model} is not one of its targets, "
-                     f"{', '.join(family.targets())}")
-    options = {name: getattr(args, name) for name in target_option_names(model)}
-    foreign = [name for name in every_option if name not in options and getattr(args, name) is not None]
-    if foreign:
-        flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
-        parser.error(f"{flags}: not an option of --model {model}")
-    try:
-        conversion = convert(args.source, args.output, model, options, args.data, args.max_positions,
-                             args.init_projection, args.sample_split, args.sample_size, args.seed)
-    except OptionError as error:
-        parser.error(str(error))
-    print(conversion.summary())
-    return conversion
+    """``fairseq-linattn-warm-start`` (:mod:`.command`)."""
+    from .command import main as command_main
+
+    return command_main(argv)
 
 
-def add_every_target_option(parser, targets: Dict[str, Type]) -> List[str]:
-    """Each target's attention options, each flag once (defaults None: a flag given is a flag set; families that
-    share an options class, as encoders and decoders do, add the same flags). Returns their names."""
-    added = {}
-    group = parser.add_argument_group("the target's attention (see --model)")
-    for model in targets:
-        scratch = argparse.ArgumentParser(add_help=False)
-        target_family(model).add_options(model, scratch)
-        for action in scratch._actions:
-            if action.dest not in added:
-                group.add_argument(*action.option_strings, dest=action.dest, type=action.type, choices=action.choices,
-                                   metavar=action.metavar, help=action.help)
-                added[action.dest] = None
-    return list(added)
-
-
-def checkpoint_family(source: str, parser) -> Family:
-    """The family of the checkpoint at ``source`` (its cfg only is read)."""
-    from .checkpoints import CheckpointError
-    from .checkpoints.fit import saved_model_cfg
-
-    if not Path(source).is_file():
-        parser.error(f"{source}: no such checkpoint file")
-    try:
-        model_cfg = saved_model_cfg(source)
-    except CheckpointError as error:
-        parser.error(str(error))
-    arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
-    family = source_family(ARCH_MODEL_REGISTRY.get(arch) or MODEL_REGISTRY.get(arch))
-    if family is None:
-        parser.error(f"{source} holds a {arch!r} model; the warm start converts fairseq's RoBERTa, transformer_lm and "
-                     "transformer checkpoints")
-    return family
-
-
-if __name__ == "__main__":
-    main()
+__all__ = ["FAMILIES", "Agreement", "Conversion", "Family", "OptionError", "WarmStart", "agreement", "convert",
+           "every_target", "main", "sample_batch", "source_family", "target_family", "target_model_args",
+           "target_option_names", "warm_start"]
