@@ -29,7 +29,7 @@ def settings_device(recipe, tmp_path, **env):
 
 
 def test_every_training_recipe_uses_the_helper():
-    assert RECIPES == ["linear_transformer_lm", "linformer_roberta", "translation"]
+    assert RECIPES == ["linear_transformer_lm", "linearize", "linformer_roberta", "translation"]
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
