@@ -16,12 +16,11 @@ given the same convolution and gate, that says what those buy).
 """
 from typing import Dict, Optional, Tuple
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import SelfAttention
-from .short_conv import ShortConvolution
+from .short_conv import ShortConvolution, projected_heads
 
 Buffer = Dict[str, Optional[Tensor]]
 
@@ -62,12 +61,7 @@ class CausalAttention(SelfAttention):
         x = query
         if padding_mask is not None:
             x = x.masked_fill(padding_mask.t().unsqueeze(-1), 0.0)
-        qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], -1).transpose(0, 1)  # B x T x 3C
-        if padding_mask is not None:  # as the convolution's own zero padding (the projections have biases)
-            qkv = qkv.masked_fill(padding_mask.unsqueeze(-1), 0.0)
-        if self.conv is not None:
-            qkv = self.conv.cached(qkv, buffer)
-        q, k, v = (self.split_heads(part.transpose(0, 1)) for part in qkv.chunk(3, -1))
+        q, k, v = projected_heads(self, x, padding_mask, buffer)
         out, weights = self.mix(x, q, k, v, padding_mask, buffer, need_weights)
         if buffer is not None:
             self._set_input_buffer(incremental_state, buffer)

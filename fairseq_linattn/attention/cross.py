@@ -53,8 +53,8 @@ class KernelCrossAttention(KernelAttention):
         heads = attend_to_summary(q, summary, eps)
         if self.transfer and incremental_state is None:  # --criterion attention_transfer: softmax over the source
             k_heads, v = self.split_heads(self.k_proj(key)), self.split_heads(self.v_proj(key))
-            self.transfer_loss = self.softmax_difference(heads, q_heads, k_heads, v, key_padding_mask,
-                                                         query_padding_mask=None)
+            # the decoder does not tell its cross-attention which targets are pads: every query counts
+            self.transfer_loss = self.softmax_difference(heads, q_heads, k_heads, v, key_padding_mask, None)
         return self.out_proj(self.merge_heads(heads.to(query.dtype))), None
 
     def source_summary(self, source: Optional[Tensor], padding_mask: Optional[Tensor],

@@ -18,7 +18,7 @@ This module only does projections, feature maps, masking and state; the math is 
 """
 import functools
 import logging
-from typing import Optional, Tuple, Union
+from typing import Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +33,7 @@ from .ops.linear_attn import (
     recurrent_linear_attention_step,
 )
 from .ops.softmax import softmax_attention
-from .short_conv import ShortConvolution
+from .short_conv import ShortConvolution, projected_heads
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class KernelAttention(SelfAttention):
     def attend(self, query, padding_mask, attn_mask, incremental_state, need_weights):
         self.check_attn_mask(attn_mask, query.size(0), incremental_state is not None)
         buffer = self._get_input_buffer(incremental_state) if incremental_state is not None else None
-        q_heads, k_heads, v = self.project(query, padding_mask, buffer)
+        q_heads, k_heads, v = projected_heads(self, query, padding_mask, buffer)
         q = self.feature_map(q_heads, is_query=True)
         k, k_log_scale = self.feature_map.key_features(k_heads)
         if padding_mask is not None:
@@ -126,42 +126,27 @@ class KernelAttention(SelfAttention):
         if need_weights:
             weights = linear_attention_weights(q, k, self.causal, eps, key_log_scale=k_log_scale).to(query.dtype)
         if self.transfer and incremental_state is None:
-            self.transfer_loss = self.softmax_difference(out, q_heads, k_heads, v, padding_mask)
+            self.transfer_loss = self.softmax_difference(out, q_heads, k_heads, v, padding_mask, padding_mask)
         if self.gate_proj is not None:
             out = out * F.silu(self.split_heads(self.gate_proj(query)))
         return out, weights
 
-    def project(self, x: Tensor, padding_mask: Optional[Tensor], buffer) -> Tuple[Tensor, Tensor, Tensor]:
-        """The per-head queries, keys and values (B x H x T x D) of the layer input ``x`` (T x B x C), through the
-        short convolution when there is one: a padded position's projections are zeroed first (they have
-        biases), as the convolution's own zero padding, so that no real position sees a pad through it."""
-        if self.conv is None:
-            return self.split_heads(self.q_proj(x)), self.split_heads(self.k_proj(x)), self.split_heads(self.v_proj(x))
-        qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], -1).transpose(0, 1)  # B x T x 3C
-        if padding_mask is not None:
-            qkv = qkv.masked_fill(padding_mask.unsqueeze(-1), 0.0)
-        qkv = self.conv.cached(qkv, buffer)
-        return tuple(self.split_heads(part.transpose(0, 1)) for part in qkv.chunk(3, -1))
-
-    SAME = object()  # softmax_difference's queries are the keys' positions (self-attention)
-
-    def softmax_difference(self, out: Tensor, q: Tensor, k: Tensor, v: Tensor, padding_mask: Optional[Tensor],
-                           query_padding_mask=SAME) -> Tensor:
+    def softmax_difference(self, out: Tensor, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor],
+                           query_padding_mask: Optional[Tensor]) -> Tensor:
         """Mean squared difference (over real query positions) between this attention's output and softmax
         attention's over the same projections (the teacher: no gradient; scaled by head_dim^-0.5, causal if this
-        attention is). ``padding_mask``: the keys' (B x S); ``query_padding_mask``: the queries' (B x T), by default
-        the keys' (self-attention); None: every query is real."""
+        attention is). ``key_padding_mask``: B x S; ``query_padding_mask``: B x T (a self-attention's: the same
+        one; None: every query is real)."""
         future = None
         if self.causal:
             future = torch.ones(q.size(2), q.size(2), dtype=torch.bool, device=q.device).triu(1)
         with torch.no_grad():
-            teacher, _ = softmax_attention(q, k, v, key_padding_mask=padding_mask, attn_mask=future,
+            teacher, _ = softmax_attention(q, k, v, key_padding_mask=key_padding_mask, attn_mask=future,
                                            scale=self.head_dim ** -0.5)
         squared = (out.float() - teacher.float()).pow(2).mean(-1)  # B x H x T
-        padding_mask = padding_mask if query_padding_mask is self.SAME else query_padding_mask
-        if padding_mask is None:
+        if query_padding_mask is None:
             return squared.mean()
-        real = ~padding_mask[:, None, :]
+        real = ~query_padding_mask[:, None, :]
         return (squared * real).sum() / (real.sum() * squared.size(1)).clamp(min=1)
 
     # Keys with a log scale (FAVOR+) are positive, so their normaliser is never 0 but by underflow; it is

@@ -46,3 +46,17 @@ class ShortConvolution(nn.Module):
 
     def extra_repr(self):
         return f"channels={self.weight.size(0)}, kernel_size={self.kernel_size}"
+
+
+def projected_heads(layer, x: Tensor, padding_mask: Optional[Tensor], buffer: Optional[dict]) -> Tuple[Tensor, ...]:
+    """The per-head queries, keys and values (B x H x T x D) of a causal attention ``layer``'s input ``x`` (T x B x
+    C), through ``layer.conv`` when it has one (None: the projections alone). Before the convolution a padded
+    position's projections are zeroed (they have biases), as the convolution's own zero padding, so that no real
+    position sees a pad through it; ``buffer``: the layer's decoding buffer, which holds the convolution's cache."""
+    if layer.conv is None:
+        return tuple(layer.split_heads(proj(x)) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
+    qkv = torch.cat([layer.q_proj(x), layer.k_proj(x), layer.v_proj(x)], -1).transpose(0, 1)  # B x T x 3C
+    if padding_mask is not None:
+        qkv = qkv.masked_fill(padding_mask.unsqueeze(-1), 0.0)
+    qkv = layer.conv.cached(qkv, buffer)
+    return tuple(layer.split_heads(part.transpose(0, 1)) for part in qkv.chunk(3, -1))

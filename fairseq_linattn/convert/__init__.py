@@ -36,7 +36,7 @@ from typing import Dict, List, Optional
 import torch
 from fairseq import checkpoint_utils
 from fairseq.dataclass.utils import overwrite_args_by_name
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_DATACLASS_REGISTRY, MODEL_REGISTRY, build_model
+from fairseq.models import ARCH_CONFIG_REGISTRY, MODEL_DATACLASS_REGISTRY, build_model
 from omegaconf import OmegaConf
 
 from ..attention.base import SelfAttention
@@ -44,7 +44,16 @@ from ..attention.feature_maps import FeatureMap, LearnedFeatureMap
 from ..attention.projections import SequenceProjection
 from ..models.plugin_model import PluginModel
 from .agreement import Agreement, agreement, sample_batch
-from .families import FAMILIES, Family, OptionError, every_target, source_family, target_family, target_option_names
+from .families import (
+    FAMILIES,
+    Family,
+    OptionError,
+    checkpoint_family,
+    every_target,
+    source_family,
+    target_family,
+    target_option_names,
+)
 
 INIT_PROJECTIONS = ("default", "identity-like")
 FAIRSEQ_PROJECTIONS = ("q_proj.", "k_proj.", "v_proj.", "out_proj.")  # an attention's weights that the source has
@@ -69,13 +78,7 @@ def load_source(path: str | Path, data: Optional[str | Path] = None) -> Source:
     # classification heads registered through the hub (not by the task) load too, instead of being dropped
     overrides = {"load_checkpoint_heads": True, **({"data": str(data)} if data is not None else {})}
     overwrite_args_by_name(state["cfg"], overrides)
-    arch = getattr(model_args, "arch", None) or getattr(model_args, "_name", None)
-    family = source_family(ARCH_MODEL_REGISTRY.get(arch) or MODEL_REGISTRY.get(arch))
-    if family is None:
-        raise ValueError(
-            f"{path} holds a {arch!r} model; the warm start converts fairseq's RoBERTa checkpoints (arch roberta, "
-            "roberta_base, roberta_large or another arch of the 'roberta' model), transformer_lm and transformer ones"
-        )
+    family = checkpoint_family(model_args, path)
     try:
         [model], cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], state=state)
     except FileNotFoundError as error:
@@ -299,6 +302,6 @@ def main(argv: Optional[List[str]] = None) -> Conversion:
     return command_main(argv)
 
 
-__all__ = ["FAMILIES", "Agreement", "Conversion", "Family", "OptionError", "WarmStart", "agreement", "convert",
-           "every_target", "main", "sample_batch", "source_family", "target_family", "target_model_args",
+__all__ = ["FAMILIES", "Agreement", "Conversion", "Family", "OptionError", "WarmStart", "agreement", "checkpoint_family",
+           "convert", "every_target", "main", "sample_batch", "source_family", "target_family", "target_model_args",
            "target_option_names", "warm_start"]

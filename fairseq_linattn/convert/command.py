@@ -4,11 +4,9 @@ import logging
 from pathlib import Path
 from typing import Dict, List, Optional, Type
 
-from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
-
 from . import INIT_PROJECTIONS, Conversion, convert
 from . import __doc__ as PACKAGE_DOC
-from .families import Family, OptionError, every_target, source_family, target_family, target_option_names
+from .families import Family, OptionError, checkpoint_family, every_target, target_family, target_option_names
 
 
 def main(argv: Optional[List[str]] = None) -> Conversion:
@@ -34,7 +32,7 @@ def main(argv: Optional[List[str]] = None) -> Conversion:
     args = parser.parse_args(argv)
     # as fairseq_cli does: importing fairseq leaves the root logger at DEBUG (its text_to_speech task)
     logging.basicConfig(format="%(levelname)s | %(name)s | %(message)s", level=logging.INFO, force=True)
-    family = checkpoint_family(args.source, parser)
+    family = source_checkpoint_family(args.source, parser)
     model = args.model or family.default_target
     if target_family(model) is not family:
         parser.error(f"{args.source} is a {family.name} model: --model {model} is not one of its targets, "
@@ -69,20 +67,14 @@ def add_every_target_option(parser, targets: Dict[str, Type]) -> List[str]:
     return list(added)
 
 
-def checkpoint_family(source: str, parser) -> Family:
-    """The family of the checkpoint at ``source`` (its cfg only is read)."""
+def source_checkpoint_family(source: str, parser) -> Family:
+    """The family of the checkpoint at ``source`` (its cfg only is read); a mistake is the parser's error."""
     from ..checkpoints import CheckpointError
     from ..checkpoints.fit import saved_model_cfg
 
     if not Path(source).is_file():
         parser.error(f"{source}: no such checkpoint file")
     try:
-        model_cfg = saved_model_cfg(source)
-    except CheckpointError as error:
+        return checkpoint_family(saved_model_cfg(source), source)
+    except (CheckpointError, OptionError) as error:
         parser.error(str(error))
-    arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
-    family = source_family(ARCH_MODEL_REGISTRY.get(arch) or MODEL_REGISTRY.get(arch))
-    if family is None:
-        parser.error(f"{source} holds a {arch!r} model; the warm start converts fairseq's RoBERTa, transformer_lm and "
-                     "transformer checkpoints")
-    return family

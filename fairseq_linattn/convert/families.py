@@ -4,7 +4,7 @@ from argparse import Namespace
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Type
 
-from fairseq.models import MODEL_REGISTRY
+from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 from fairseq.models.roberta import RobertaModel
 from fairseq.models.transformer import TransformerModel
 from fairseq.models.transformer_lm import TransformerLanguageModel
@@ -73,7 +73,6 @@ FAMILIES = (
 )
 
 
-
 def target_family(model: str) -> Family:
     for family in FAMILIES:
         if model in family.targets():
@@ -90,6 +89,19 @@ def source_family(model_class: Optional[Type]) -> Optional[Family]:
     if model_class is None or issubclass(model_class, PluginModel):
         return None
     return next((family for family in FAMILIES if issubclass(model_class, family.source_class)), None)
+
+
+def checkpoint_family(model_cfg, path) -> Family:
+    """The family of the checkpoint at ``path`` whose saved model config is ``model_cfg``; an OptionError if it is
+    not a kind that converts."""
+    arch = getattr(model_cfg, "arch", None) or getattr(model_cfg, "_name", None)
+    family = source_family(ARCH_MODEL_REGISTRY.get(arch) or MODEL_REGISTRY.get(arch))
+    if family is None:
+        raise OptionError(
+            f"{path} holds a {arch!r} model; the warm start converts fairseq's RoBERTa checkpoints (arch roberta, "
+            "roberta_base, roberta_large or another arch of the 'roberta' model), transformer_lm and transformer ones"
+        )
+    return family
 
 
 def target_option_names(model: str) -> List[str]:

@@ -47,39 +47,44 @@ class LinearizeBenchmark(QualityBenchmark):
         scratch_name = f"linear {self.feature_map}"
         parent = study.language_model(SOFTMAX_LM)
         scratch = study.language_model(scratch_name)
-        converted = {"save": study.work / "checkpoints" / "linearized", "updates": 0}
+        converted = {"save": study.work / "checkpoints" / "linearized"}
         converted["best"] = converted["save"] / "warm_start.pt"
         fairseq("fairseq-linattn-warm-start", parent["best"], converted["best"], "--data", study.data.lm,
                 "--feature-map", self.feature_map, log=study.work / "logs" / "warm-start.log", echo=None)
-        converted["test_ppl"] = study.eval_lm(converted, n, n // 2)[0]
         child_args = study.lm_args(scratch_name)
+
+        def scored(run: Dict, updates: int) -> Dict:  # the run's row: its test perplexity, as the study scores
+            run["test_ppl"] = study.eval_lm(run, n, n // 2)[0]
+            return self._row(run, updates)
+
+        def trained(key: tuple, extra: List, restored_from: Dict, updates: int, lr: float) -> Dict:
+            return study.train(key, [*child_args, *extra, "--restore-file", restored_from["best"], "--reset-optimizer",
+                                     "--reset-dataloader", "--reset-meters"], updates, lr, study.lm_batch())
+
         rows = {"transformer_lm (parent)": self._row(parent, s.lm_updates),
                 f"{scratch_name} from scratch": self._row(scratch, s.lm_updates),
-                "converted, no update": self._row(converted, 0)}
-
-        def restored(run) -> List:
-            return ["--restore-file", run["best"], "--reset-optimizer", "--reset-dataloader", "--reset-meters"]
-
+                "converted, no update": scored(converted, 0)}
+        finetune_lr = s.lm_lr * FINETUNE_LR_SHARE
         for percent in self.budgets:
-            updates = max(2, s.lm_updates * percent // 100)
-            transfer = study.train(("linearize-transfer", self.feature_map, percent), [
-                *child_args, "--criterion", "attention_transfer", *restored(converted)],
-                updates // 2, TRANSFER_LR, study.lm_batch())
-            transfer["test_ppl"] = study.eval_lm(transfer, n, n // 2)[0]
-            rows[f"transfer, {percent / 2:g}%"] = self._row(transfer, updates // 2)
-            finetune = study.train(("linearize-finetune", self.feature_map, percent), [*child_args, *restored(transfer)],
-                                   updates - updates // 2, s.lm_lr * FINETUNE_LR_SHARE, study.lm_batch())
-            finetune["test_ppl"] = study.eval_lm(finetune, n, n // 2)[0]
-            rows[f"transfer + finetune, {percent}%"] = self._row(finetune, updates)
+            updates = self.updates(s, percent)
+            transfer = trained(("linearize-transfer", self.feature_map, percent), ["--criterion", "attention_transfer"],
+                               converted, updates // 2, TRANSFER_LR)
+            rows[f"transfer, {percent / 2:g}%"] = scored(transfer, updates // 2)
+            finetune = trained(("linearize-finetune", self.feature_map, percent), [], transfer,
+                               updates - updates // 2, finetune_lr)
+            rows[f"transfer + finetune, {percent}%"] = scored(finetune, updates)
         percent = self.budgets[-1]
-        updates = max(2, s.lm_updates * percent // 100)
-        alone = study.train(("linearize-finetune-only", self.feature_map, percent), [*child_args, *restored(converted)],
-                            updates, s.lm_lr * FINETUNE_LR_SHARE, study.lm_batch())
-        alone["test_ppl"] = study.eval_lm(alone, n, n // 2)[0]
-        rows[f"finetune only (no transfer), {percent}%"] = self._row(alone, updates)
+        alone = trained(("linearize-finetune-only", self.feature_map, percent), [], converted,
+                        self.updates(s, percent), finetune_lr)
+        rows[f"finetune only (no transfer), {percent}%"] = scored(alone, self.updates(s, percent))
         for name, row in rows.items():
             say(f"   {name}: test perplexity {row['test_ppl']:.2f} after {row['updates']} updates", "linearize")
         return {"feature_map": self.feature_map, "parent_updates": s.lm_updates, "rows": rows}
+
+    @staticmethod
+    def updates(scale, percent: int) -> int:
+        """A child's updates: ``percent`` of the parent's, at least one for each half (transfer, finetune)."""
+        return max(2, scale.lm_updates * percent // 100)
 
     @staticmethod
     def _row(run: Dict, updates: int) -> Dict:

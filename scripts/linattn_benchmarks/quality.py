@@ -92,14 +92,12 @@ LINEAR_CONV_GATE = "elu+1+conv+gate"
 LM_MODELS[LINEAR_CONV_GATE] = ("linear_transformer_lm", ["--feature-map", "elu", "--short-conv", "4", "--output-gate", "1"])
 # and each mechanism without them (--models picks them)
 BARE = {f"{name}-bare": (name, ["--short-conv", "0", "--output-gate", "0"]) for name in GATED_MECHANISMS}
-LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", mechanism, *extra])
-                  for name, (mechanism, extra) in BARE.items()})
 # past the training length: the recurrent state on its own (no positional embeddings: positions it never saw cannot
 # hurt it), and trained from carried states (--train-state carried: the states long inputs reach); --models picks them
 PAST_LENGTH = {f"{name}-nopos": (name, ["--no-token-positional-embeddings"]) for name in GATED_MECHANISMS}
 PAST_LENGTH["gated-delta-nopos-carried"] = ("gated-delta", ["--no-token-positional-embeddings", "--train-state", "carried"])
 LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", mechanism, *extra])
-                  for name, (mechanism, extra) in PAST_LENGTH.items()})
+                  for name, (mechanism, extra) in {**BARE, **PAST_LENGTH}.items()})
 # the models whose FFN pays for the output gate
 OUTPUT_GATED = (SOFTMAX_CONV_GATE, LINEAR_CONV_GATE, *GATED_MECHANISMS, *PAST_LENGTH)
 MECHANISM_MODELS = (SOFTMAX_LM, SOFTMAX_CONV_GATE, LINEAR_LM, LINEAR_CONV_GATE, *GATED_MECHANISMS)
