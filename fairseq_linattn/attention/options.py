@@ -233,6 +233,9 @@ class KernelOptions(MechanismOptions):
         if int(self.softmax_window) and SOFTMAX_ATTENTION not in layout:
             raise ValueError(f"--softmax-window applies to {SOFTMAX_ATTENTION} layers, and --linear-attention "
                              f"{self.linear_attention} has none: drop --softmax-window")
+        # fairseq's parser does not enforce a dataclass field's choices (linear_transformer_lm's options are fields)
+        if self.output_gate is not None and int(self.output_gate) not in (0, 1):
+            raise ValueError(f"--output-gate is 1 (the gate) or 0 (none), got {self.output_gate}")
         if self.short_conv is not None and (int(self.short_conv) < 0 or int(self.short_conv) == 1):
             raise ValueError(f"--short-conv is the convolution's width: 0 (none) or >= 2 (4 is the papers'), "
                              f"got {self.short_conv}")

@@ -117,6 +117,7 @@ def test_the_factory_builds_each_mechanism_for_a_decoder_only(name):
     (dict(linear_attention="gla", feature_map="favor"), "--feature-map favor only applies"),
     (dict(linear_attention="delta", short_conv=1), "--short-conv"),
     (dict(linear_attention="delta", short_conv=-2), "--short-conv"),
+    (dict(linear_attention="delta", output_gate=2), "--output-gate is 1"),
     (dict(linear_attention="retention", decay_init="long"), "--decay-init long only applies to Mamba-2's decay "
                                                             r"\(gated-delta, gdn2, kda\).*drop --decay-init"),
     (dict(linear_attention="gated-delta", decay_init="slow"), "--decay-init 'slow' is unknown"),
