@@ -1,6 +1,8 @@
 """Needle retrieval for trained language models: a number hidden in a long context, asked for at the end (RULER's
 S-NIAH forms: S-NIAH-1 in repeated filler, S-NIAH-2 in real text), at 1x, 2x, 4x and 8x the training length and at
-``--depths`` positions of the context, scored by exact match of the generated digits.
+``--depths`` positions of the context, scored by exact match of the generated digits (RULER's score), by the
+digits right in place, and by what the needle adds to the number's log-likelihood (against the same prompt with
+another number hidden): small LMs that never get all seven digits still show whether they read the needle.
 
 The models are the quality study's causal LMs (``transformer_lm`` and every ``--linear-attention`` mechanism,
 trained through fairseq-train at its scale: :mod:`.quality`), loaded through the hub's ``from_pretrained`` with
@@ -42,6 +44,10 @@ FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. Th
 KEYS = ("apple", "river", "window", "garden", "silver", "forest", "yellow", "basket", "candle", "marble")
 HAYSTACKS = ("filler", "text")  # S-NIAH-1, S-NIAH-2
 DIGITS = 7
+# what is scored at each prompt: the exact match of the generated number (RULER's score), the share of its digits
+# right in place (partial credit), and the gain: the log-likelihood (nats) of the hidden number after the
+# question, minus the same with another number hidden in the same place (> 0: the model read the needle)
+SCORES = ("exact", "digits", "gain")
 
 
 def needle(key: str, number: str) -> str:
@@ -60,6 +66,9 @@ class Prompts:
         self.filler = self.ids(FILLER * 50)
         self.text = self.ids(text)
         self.instruction = self.ids(INSTRUCTION)
+        if (self.instruction == lm.src_dict.unk()).any():  # words the dictionary lacks: no tokenizer in the hub
+            raise ValueError("the hub interface does not tokenize as the data was (unknown words in the prompt): "
+                             "load the model with bpe='sentencepiece'")
         symbols = lm.src_dict.symbols
         # the pieces that end a sentence: the needle goes in between two sentences, as RULER puts it
         self.ends_sentence = torch.tensor([symbol.endswith(".") for symbol in symbols])
@@ -84,6 +93,25 @@ class Prompts:
         start = max(0, at - 1)
         ends = torch.nonzero(self.ends_sentence[ids[start:]]).flatten()
         return start + int(ends[0]) + 1 if len(ends) else at
+
+
+def number(rng: random.Random) -> str:
+    return str(rng.randrange(10 ** (DIGITS - 1), 10**DIGITS))
+
+
+def digits_right(answer: str, truth: str) -> float:
+    return sum(a == t for a, t in zip(answer, truth)) / len(truth)
+
+
+def answer_log_prob(lm, prompt: torch.Tensor, answer: torch.Tensor) -> float:
+    """log p(answer | prompt) under the hub's model, teacher-forced (one parallel forward: the recurrent models'
+    chunked form, which the tests hold equal to their RNN steps)."""
+    model = lm.models[0]
+    tokens = torch.cat([prompt, answer]).unsqueeze(0)
+    with torch.no_grad():
+        log_probs = model.get_normalized_probs(model(tokens), log_probs=True)[0]
+    at = torch.arange(len(prompt) - 1, tokens.size(1) - 1)
+    return float(log_probs[at, answer].sum())
 
 
 def first_number(text: str) -> str:
@@ -119,78 +147,119 @@ class NeedleBenchmark(Study):
                                         "models": {}})
         for name in args.models or scale.mechanism_models:
             run = study.language_model(name)
-            out["models"][name] = {"params": run["params"], "test_ppl": run["test_ppl"],
-                                   "accuracy": self.retrieve(LM_MODELS[name][0], run, corpus, text, scale.lm_tokens,
-                                                             multiples, depths)}
-            say(f"   {name}: " + "; ".join(f"{h} " + ", ".join(f"{m}x {a:.2f}" for m, a in zip(multiples, accs))
-                                           for h, accs in out["models"][name]["accuracy"].items()), "needle")
+            scores = self.retrieve(LM_MODELS[name][0], run, corpus, text, scale.lm_tokens, multiples, depths)
+            out["models"][name] = {"params": run["params"], "test_ppl": run["test_ppl"], "by_depth": scores}
+            say(f"   {name}: " + "; ".join(f"{h} " + ", ".join(
+                f"{m}x {mean(e):.2f} (gain {mean(g):+.2f})" for m, e, g in zip(multiples, scores["exact"][h],
+                                                                                scores["gain"][h]))
+                for h in HAYSTACKS), "needle")
         out["total_s"] = round(time.time() - started, 1)
         data["results"] = [{"case": name} for name in out["models"]]
 
     @staticmethod
     def retrieve(arch: str, run: Dict, corpus, text: str, n: int, multiples: List[int], depths: List[float]) -> Dict:
-        """{haystack: [exact-match accuracy at each multiple of n]} for one trained LM of ``arch``."""
+        """Scores of one trained LM of ``arch`` at each haystack, multiple of n and depth: {score: {haystack:
+        [[one per depth] per multiple]}} for the scores of :data:`SCORES`."""
         from fairseq.models import ARCH_MODEL_REGISTRY
         from omegaconf import open_dict
 
         # the hub loads the sentencepiece model from beside the checkpoint
         shutil.copy(Path(corpus.lm) / "sentencepiece.bpe.model", Path(run["save"]) / "sentencepiece.bpe.model")
         lm = ARCH_MODEL_REGISTRY[arch].from_pretrained(str(run["save"]), Path(run["best"]).name, str(corpus.lm),
-                                         max_target_positions=n * max(multiples) + 4 * DIGITS).eval()
+                                         max_target_positions=n * max(multiples) + 4 * DIGITS,
+                                         bpe="sentencepiece").eval()  # fairseq's transformer_lm has no default
         with open_dict(lm.cfg.dataset):
             lm.cfg.dataset.batch_size, lm.cfg.dataset.max_tokens = len(depths), None
         prompts, rng = Prompts(lm, text), random.Random(0)
-        scores = {}
+        scores = {score: {h: [] for h in HAYSTACKS} for score in SCORES}
         for haystack in HAYSTACKS:
-            scores[haystack] = []
             for multiple in multiples:
-                trials = [(rng.choice(KEYS), str(rng.randrange(10 ** (DIGITS - 1), 10 ** DIGITS)), rng.randrange(10**6))
-                          for _ in depths]
-                batch = [prompts.make(haystack, n * multiple, depth, key, number, offset)
-                         for depth, (key, number, offset) in zip(depths, trials)]
+                length = n * multiple
+                trials = [(rng.choice(KEYS), number(rng), number(rng), rng.randrange(10**6)) for _ in depths]
+                batch = [prompts.make(haystack, length, depth, key, hidden, offset)
+                         for depth, (key, hidden, _, offset) in zip(depths, trials)]
                 with torch.no_grad():
-                    hypos = lm.generate(batch, beam=1, max_len_a=0, max_len_b=n * multiple + 3 * DIGITS,
-                                        min_len=n * multiple + 2)
-                answers = [first_number(lm.decode(h[0]["tokens"][n * multiple:])) for h in hypos]
-                scores[haystack].append(sum(a == number for a, (_, number, _) in zip(answers, trials)) / len(trials))
+                    hypos = lm.generate(batch, beam=1, max_len_a=0, max_len_b=length + 3 * DIGITS, min_len=length + 2)
+                answers = [first_number(lm.decode(h[0]["tokens"][length:])) for h in hypos]
+                scores["exact"][haystack].append([float(a == t[1]) for a, t in zip(answers, trials)])
+                scores["digits"][haystack].append([digits_right(a, t[1]) for a, t in zip(answers, trials)])
+                # the same prompt with another number hidden: what the needle adds to the number's log-likelihood
+                decoys = [prompts.make(haystack, length, depth, key, decoy, offset)
+                          for depth, (key, _, decoy, offset) in zip(depths, trials)]
+                answers = [prompts.ids(f" {hidden}") for _, hidden, _, _ in trials]
+                scores["gain"][haystack].append([answer_log_prob(lm, prompt, answer) - answer_log_prob(lm, other, answer)
+                                                 for prompt, other, answer in zip(batch, decoys, answers)])
         return scores
 
     def render(self, data):
         study = data["study"]
-        multiples = study["multiples"]
+        multiples, models = study["multiples"], study["models"]
         n = study["scale"]["lm_n"] or study["scale"]["n"]
         lines = ["### Needle retrieval: a number in a long context, asked for at the end", "",
                  f"{machine_line(data['machine'], data['load_start'], data['load_end'])}.", "",
                  f"The quality study's causal LMs (trained on {n}-token samples; its budget and equal parameters); "
                  f"prompts of {', '.join(f'{m}x' for m in multiples)} that length with the needle at "
                  f"{len(study['depths'])} depths each; greedy decoding through the hub's generate (the recurrent "
-                 "models as RNNs), exact match of the 7 digits. `filler`: RULER's S-NIAH-1 (repeated filler); "
-                 f"`text`: S-NIAH-2 (the corpus's test split). Took {study['total_s'] / 60:.0f} min.", ""]
-        headers = ["model", "test ppl", *[f"{h} {m}x" for h in HAYSTACKS for m in multiples]]
-        rows = [[name, f"{m['test_ppl']:.2f}", *[f"{a:.2f}" for h in HAYSTACKS for a in m["accuracy"][h]]]
-                for name, m in study["models"].items()]
-        lines += [md_table(headers, rows)]
-        best = max((m["accuracy"]["filler"][multiples.index(4)] if 4 in multiples else 0.0, name)
-                   for name, m in study["models"].items() if name != SOFTMAX_LM) if study["models"] else (0.0, "-")
-        verdict = f"needle: best recurrent LM at 4x on filler {best[1]} {best[0]:.2f} (goal >= 0.9)"
+                 "models as RNNs). `filler`: RULER's S-NIAH-1 (repeated filler); `text`: S-NIAH-2 (the corpus's "
+                 f"test split). Means over the depths (each depth's score: needle.json). Took "
+                 f"{study['total_s'] / 60:.0f} min.", ""]
+        columns = [f"{h} {m}x" for h in HAYSTACKS for m in multiples]
+        for score, title, fmt in (("exact", "Exact match of the 7 digits (RULER's score)", "{:.2f}"),
+                                  ("digits", "Digits right in place (partial credit)", "{:.2f}"),
+                                  ("gain", "Gain: log-likelihood of the hidden number (nats) minus the same with "
+                                           "another number hidden (> 0: the model read the needle)", "{:+.2f}")):
+            rows = [[name, f"{m['test_ppl']:.2f}", *[fmt.format(mean(d)) for h in HAYSTACKS for d in
+                                                     m["by_depth"][score][h]]] for name, m in models.items()]
+            lines += [f"**{title}**", "", md_table(["model", "test ppl", *columns], rows), ""]
+        if 4 in multiples:
+            quarters = [f"depth {q / 4:.2f}-{(q + 1) / 4:.2f}" for q in range(4)]
+            at = multiples.index(4)
+            rows = [[name, *[f"{mean(part):+.2f}" for part in in_quarters(m["by_depth"]["gain"]["filler"][at])]]
+                    for name, m in models.items()]
+            lines += ["**Gain by depth** (filler, 4x the training length; depth 0: the needle first)", "",
+                      md_table(["model", *quarters], rows), ""]
+        verdict = "needle: no model run"
+        recurrent = {name: m for name, m in models.items() if name != SOFTMAX_LM}
+        if 4 in multiples and recurrent:
+            at = multiples.index(4)
+            best = max(recurrent, key=lambda name: (mean(recurrent[name]["by_depth"]["exact"]["filler"][at]),
+                                                     mean(recurrent[name]["by_depth"]["gain"]["filler"][at])))
+            verdict = (f"needle: best recurrent LM at 4x on filler {best} "
+                       f"{mean(recurrent[best]['by_depth']['exact']['filler'][at]):.2f} exact match (goal >= 0.9)")
+            if SOFTMAX_LM in models:
+                verdict += f", {SOFTMAX_LM} {mean(models[SOFTMAX_LM]['by_depth']['exact']['filler'][at]):.2f}"
         return "\n".join(lines), [verdict]
 
     def plot(self, data):
         study = data["study"]
         plt = pyplot()
-        fig, axes = plt.subplots(1, len(HAYSTACKS), figsize=(10, 3.6))
-        for ax, haystack in zip(axes, HAYSTACKS):
-            for name, m in study["models"].items():
-                ax.plot(study["multiples"], m["accuracy"][haystack], marker="o", ms=3, label=name)
-            ax.set_xscale("log", base=2)
-            ax.set_ylim(-0.02, 1.02)
-            ax.set_title(haystack, fontsize=9)
-            ax.set_xlabel("prompt length / training length")
-            ax.grid(alpha=0.3)
-        axes[0].set_ylabel("exact match")
-        axes[-1].legend(fontsize=7)
+        fig, axes = plt.subplots(2, len(HAYSTACKS), figsize=(10, 6.6), squeeze=False)
+        for row, (score, label) in enumerate((("exact", "exact match"), ("gain", "gain (nats)"))):
+            for ax, haystack in zip(axes[row], HAYSTACKS):
+                for name, m in study["models"].items():
+                    ax.plot(study["multiples"], [mean(d) for d in m["by_depth"][score][haystack]], marker="o", ms=3,
+                            label=name)
+                ax.set_xscale("log", base=2)
+                if score == "exact":
+                    ax.set_ylim(-0.02, 1.02)
+                else:
+                    ax.axhline(0, color="grey", lw=0.8)
+                ax.set_title(f"{haystack}: {label}", fontsize=9)
+                ax.set_xlabel("prompt length / training length")
+                ax.grid(alpha=0.3)
+            axes[row][0].set_ylabel(label)
+        axes[0][-1].legend(fontsize=7)
         fig.tight_layout()
         return titled(fig, "needle retrieval", data)
+
+
+def mean(xs: List[float]) -> float:
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def in_quarters(xs: List[float]) -> List[List[float]]:
+    """The per-depth scores (depths in order over [0, 1)) in four groups by depth."""
+    return [xs[q * len(xs) // 4:(q + 1) * len(xs) // 4] for q in range(4)]
 
 
 main = entry_point(NeedleBenchmark)

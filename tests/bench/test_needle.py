@@ -7,7 +7,17 @@ import sys
 
 import pytest
 from fairseq.data import Dictionary
-from linattn_benchmarks.needle import FILLER, INSTRUCTION, Prompts, first_number, needle, question
+from linattn_benchmarks.needle import (
+    FILLER,
+    INSTRUCTION,
+    SCORES,
+    Prompts,
+    digits_right,
+    first_number,
+    in_quarters,
+    needle,
+    question,
+)
 from linattn_benchmarks.runner import ROOT
 
 
@@ -42,10 +52,27 @@ def test_a_prompt_has_the_length_asked_and_the_needle_between_sentences(haystack
     assert int(depth * room) <= start - hay_start <= int(depth * room) + 8  # at the depth, at the next sentence
 
 
+def test_a_hub_that_does_not_tokenize_is_refused():
+    lm = WordLM("First one here.")
+    lm.src_dict = Dictionary()  # none of the words: what a hub without the data's sentencepiece model sees
+    with pytest.raises(ValueError, match="bpe='sentencepiece'"):
+        Prompts(lm, "First one here.")
+
+
 def test_the_digits_are_read_back():
     assert first_number(" 1234567. The") == "1234567"
     assert first_number(": 12 34 567") == "1234567"  # sentencepiece may split the digits with spaces
     assert first_number(":::") == "" and first_number("9") == "9"
+
+
+def test_partial_credit_counts_digits_in_place():
+    assert digits_right("1234567", "1234567") == 1.0
+    assert digits_right("1234000", "1234567") == 4 / 7
+    assert digits_right("", "1234567") == 0.0 and digits_right("234567", "1234567") == 0.0  # a shift scores none
+
+
+def test_depths_fall_in_quarters_in_order():
+    assert in_quarters(list(range(20))) == [list(range(q * 5, q * 5 + 5)) for q in range(4)]
 
 
 @pytest.mark.slow
@@ -58,6 +85,12 @@ def test_quick_run_writes_the_table(tmp_path):
     study = json.loads((tmp_path / "needle.json").read_text())["study"]
     assert study["multiples"] == [2, 4] and len(study["depths"]) == 4
     for model in study["models"].values():
-        assert set(model["accuracy"]) == {"filler", "text"}
-        assert all(len(a) == 2 and all(0 <= x <= 1 for x in a) for a in model["accuracy"].values())
-    assert "| transformer_lm |" in (tmp_path / "needle.md").read_text() and (tmp_path / "needle.png").exists()
+        assert set(model["by_depth"]) == set(SCORES)
+        for score, by_haystack in model["by_depth"].items():
+            assert set(by_haystack) == {"filler", "text"}
+            for per_multiple in by_haystack.values():
+                assert len(per_multiple) == 2 and all(len(d) == 4 for d in per_multiple)
+                bounded = score == "gain" or all(0 <= x <= 1 for d in per_multiple for x in d)
+                assert bounded and all(x == x for d in per_multiple for x in d)  # no NaN
+    table = (tmp_path / "needle.md").read_text()
+    assert table.count("| transformer_lm |") == 4 and "Gain by depth" in table and (tmp_path / "needle.png").exists()
