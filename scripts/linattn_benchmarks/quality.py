@@ -56,7 +56,7 @@ from .fairseq_runs import (
 )
 from .machine import machine_line
 from .report import curve_axes, md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point, names_among, positive_int
+from .runner import ROOT, Study, entry_point, names_among, positive_int, positive_ints
 
 # name -> (arch, options): the masked-LM encoders compared; k is a function of n
 MLM_MODELS = {
@@ -306,9 +306,24 @@ class QualityBenchmark(Study):
         parser.add_argument("--only", default="mlm,length,lm,extrapolation,finetune",
                             help="comma-separated parts to run (default: all)")
         parser.add_argument("--seed", type=positive_int, default=1, help="every training run's seed (default 1)")
+        parser.add_argument("--lengths", type=positive_ints, default=None,
+                            help="the Linformer length part's n, comma-separated (default: the scale's)")
+        parser.add_argument("--fixed-k", type=positive_int, default=None,
+                            help="the Linformer length part's k at every n (default: the scale's)")
+
+    @staticmethod
+    def scale(args) -> Scale:
+        scale = replace(SCALES["quick" if args.quick else args.scale], seed=args.seed)
+        return replace(scale, lengths=tuple(args.lengths or scale.lengths), fixed_k=args.fixed_k or scale.fixed_k)
+
+    def problem(self, args) -> str:
+        s = self.scale(args)
+        short = [n for n in s.lengths if n <= s.fixed_k]  # k >= n compresses nothing
+        return (f"--fixed-k {s.fixed_k} is not below n = {short[0]} (--lengths {','.join(map(str, s.lengths))}): "
+                "give lengths above k, or a smaller k") if short else ""
 
     def measure(self, args, data):
-        scale = replace(SCALES["quick" if args.quick else args.scale], seed=args.seed)
+        scale = self.scale(args)
         work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
         parts = set(args.only.split(","))
         if work.exists():

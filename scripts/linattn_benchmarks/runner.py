@@ -48,6 +48,10 @@ class Benchmark:
     def add_args(self, parser: argparse.ArgumentParser):
         """The benchmark's own options."""
 
+    def problem(self, args) -> str:
+        """What is wrong with a combination of the options (argparse's ``error:`` line), or ""."""
+        return ""
+
     def points(self, args) -> List[Dict]:
         """What to measure at, e.g. ``[{"n": 1024}, {"n": 4096}]``: each becomes columns of every result row."""
         raise NotImplementedError
@@ -116,7 +120,11 @@ def parse_args(benchmark: Benchmark, argv: Optional[List[str]] = None) -> argpar
     argv = sys.argv[1:] if argv is None else argv
     if "--quick" in argv:
         parser.set_defaults(**benchmark.quick)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    problem = benchmark.problem(args)
+    if problem:
+        parser.error(problem)
+    return args
 
 
 def parse_ints(text) -> List[int]:

@@ -14,8 +14,8 @@ from linattn_benchmarks.fairseq_runs import (
     seconds_per_update,
     valid_curve,
 )
-from linattn_benchmarks.quality import GATED_MECHANISMS
-from linattn_benchmarks.runner import ROOT
+from linattn_benchmarks.quality import GATED_MECHANISMS, QualityBenchmark
+from linattn_benchmarks.runner import ROOT, parse_args
 
 TRAIN_LOG = """\
 19:54:44 | INFO | train_inner | epoch 001:     10 / 215 loss=8.806, ppl=447.52, ups=0.91, num_updates=10, train_wall=5, wall=63
@@ -25,6 +25,15 @@ TRAIN_LOG = """\
 19:55:53 | INFO | train_inner | epoch 001:     40 / 215 loss=8.0, ppl=290.1, ups=0.8, num_updates=40, lr=0.002, wall=106
 19:55:59 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.0 | ppl 256.0 | accuracy 61.5 | num_updates 40
 """
+
+
+def test_the_length_part_takes_its_n_and_k_from_the_command_line(capsys):
+    args = parse_args(QualityBenchmark(), ["--lengths", "256,512,1024,2048", "--fixed-k", "128"])
+    scale = QualityBenchmark.scale(args)
+    assert scale.lengths == (256, 512, 1024, 2048) and scale.fixed_k == 128 and scale.dim == 128  # the rest: default's
+    with pytest.raises(SystemExit):  # k at or above an n compresses nothing: one argparse error line
+        parse_args(QualityBenchmark(), ["--lengths", "128,256", "--fixed-k", "128"])
+    assert "error: --fixed-k 128 is not below n = 128" in capsys.readouterr().err
 
 
 def test_logs_read_back():
