@@ -23,7 +23,7 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Tuple
 
@@ -33,7 +33,7 @@ from fairseq_linattn.data.translation_data import prepare_translation_data
 from .fairseq_runs import BIN, USER_DIR, fairseq, parameter_count, say, seconds_per_update, train_seconds, valid_curve
 from .machine import machine_line
 from .report import curve_axes, log_axes, md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point, names_among
+from .runner import ROOT, Study, entry_point, names_among, positive_int
 
 # name -> (arch, its attention per role): the softmax baseline, then linear_transformer's configurations
 MODELS = {
@@ -71,6 +71,7 @@ class Scale:
     lengths: Tuple[int, ...]  # source + target lengths of the speed-at-length runs
     beams: Tuple[int, ...] = (1, 5)
     min_pairs: int = 5000
+    seed: int = 1  # every training run's (--seed: another seed for the spread)
     device: Tuple[str, ...] = ("--cpu",)
 
     @property
@@ -89,7 +90,7 @@ SCALES = {
 
 TRAIN = ["--task", "translation", "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
          "--lr-scheduler", "inverse_sqrt", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-         "--dropout", "0.1", "--weight-decay", "0.0001", "--clip-norm", "0.0", "--seed", "1", "--num-workers", "0",
+         "--dropout", "0.1", "--weight-decay", "0.0001", "--clip-norm", "0.0", "--num-workers", "0",
          "--log-format", "simple", "--no-epoch-checkpoints", "--no-last-checkpoints",
          # sinusoidal positions: the limits only let the speed runs go to 4K tokens
          "--max-source-positions", "16384", "--max-target-positions", "16384"]
@@ -107,11 +108,15 @@ class TranslationBenchmark(Study):
                                  f"{','.join(DEFAULT_MODELS)})")
         parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "translation"),
                             help="data, checkpoints and logs (results go to --out)")
+        parser.add_argument("--updates", type=positive_int, default=None,
+                            help="training updates of every model (default: the scale's, 500 at the default scale)")
+        parser.add_argument("--seed", type=positive_int, default=1, help="every training run's seed (default 1)")
         parser.add_argument("--locale-dir", action="append",
                             help="where the message catalogs are (default: the system's locale folders)")
 
     def measure(self, args, data):
         scale = SCALES["quick" if args.quick else args.scale]
+        scale = replace(scale, updates=args.updates or scale.updates, seed=args.seed)
         work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
         if work.exists():
             shutil.rmtree(work)
@@ -142,7 +147,7 @@ class TranslationBenchmark(Study):
                       "--lr", s.lr, "--warmup-updates", s.warmup, "--max-tokens", s.max_tokens,
                       "--max-update", s.updates, "--validate-interval-updates", every, "--save-interval-updates",
                       every, "--keep-interval-updates", 1, "--log-interval", min(50, max(1, s.updates // 10)),
-                      "--save-dir", save, *s.device, log=work / "logs" / f"train-{name}.log")
+                      "--seed", s.seed, "--save-dir", save, *s.device, log=work / "logs" / f"train-{name}.log")
         run = {"params": parameter_count(log), "decoder_ffn": decoder_ffn, "options": extra,
                "curve": valid_curve(log), "seconds_per_update": seconds_per_update(log),
                "train_seconds": train_seconds(log)}
@@ -251,7 +256,7 @@ def render(data) -> Tuple[str, List[str]]:
              f"valid {pairs['valid']:,}, test {pairs['test']:,} pairs; joint sentencepiece vocabulary {s.vocab}. "
              f"Budget (every model the same): {s.layers}+{s.layers} layers, d={s.dim}, {s.heads} heads, FFN {s.ffn}, "
              f"shared embeddings; {s.updates} updates of {s.max_tokens} tokens, Adam lr {s.lr:g}, inverse_sqrt with "
-             f"{s.warmup} warm-up updates, label smoothing 0.1, dropout 0.1, seed 1; `{' '.join(s.device)}`. Equal "
+             f"{s.warmup} warm-up updates, label smoothing 0.1, dropout 0.1, seed {s.seed}; `{' '.join(s.device)}`. Equal "
              "parameters: a gated-delta decoder's extra weights (convolution, gate, write strength, decay) come out of "
              f"its FFNs (decoder FFN in the table). Took {study['total_s'] / 60:.0f} min.", "",
              "Models: " + "; ".join(f"**{name}**: {DESCRIPTIONS.get(name, name)}" for name in models) + ".", ""]

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from linattn_benchmarks.runner import ROOT
-from linattn_benchmarks.translation import detokenised_hypotheses
+from linattn_benchmarks.runner import ROOT, parse_args
+from linattn_benchmarks.translation import TranslationBenchmark, detokenised_hypotheses
 
 from ..data.mo_files import numbered_catalogs
 
@@ -15,6 +15,14 @@ from ..data.mo_files import numbered_catalogs
 def test_hypotheses_come_back_in_the_test_splits_order():
     log = "S-1\tb\nD-1\t-0.5\tzwei\nINFO:x\nD-0\t-0.1\teins mit\ttab\n"
     assert detokenised_hypotheses(log) == ["eins mit\ttab", "zwei"]
+
+
+def test_the_budget_and_seed_come_from_the_command_line(capsys):
+    args = parse_args(TranslationBenchmark(), ["--updates", "1500", "--seed", "3"])
+    assert (args.updates, args.seed) == (1500, 3)
+    with pytest.raises(SystemExit):
+        parse_args(TranslationBenchmark(), ["--updates", "0"])
+    assert "--updates" in capsys.readouterr().err
 
 
 @pytest.mark.slow
