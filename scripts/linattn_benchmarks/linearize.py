@@ -1,4 +1,4 @@
-"""Linearizing a trained transformer_lm (examples/linearize) against training the linear model from scratch.
+"""Linearizing a trained transformer_lm or RoBERTa (examples/linearize) against training the linear model from scratch.
 
 The parent is the quality study's transformer_lm (its scale, data and full budget of updates). It is converted with
 ``fairseq-linattn-warm-start --feature-map <map>`` (every weight copied, a learned feature map per head added),
@@ -8,6 +8,11 @@ finetune with the language-modeling criterion, every weight training. Beside the
 the finetune alone for the largest budget (the transfer ablated), and the same linear architecture trained from
 scratch for the parent's whole budget. Every number is fairseq-eval-lm's test perplexity (the quality study's
 context window), through the real command lines.
+
+``--family roberta`` does the same for the study's masked-LM RoBERTa (``linear_roberta`` children, attention
+transfer and finetune on the masked-LM task) and scores every row twice: masked-LM test perplexity
+(fairseq-validate), and dev accuracy after the study's docstring-classification finetune, which every row gets
+alike, the parent too (results/linearize_roberta.*).
 """
 from pathlib import Path
 from typing import Dict, List
@@ -19,6 +24,8 @@ from .report import md_table, pyplot, titled
 from .runner import ROOT, entry_point, positive_list
 
 FEATURE_MAPS = ("hedgehog", "t2r")
+FAMILIES = ("transformer_lm", "roberta")
+ROBERTA_CHILD = "linear_roberta_base"
 TRANSFER_LR = 1e-2  # only the feature maps train: a map starts as a fixed one and has far to go
 FINETUNE_LR_SHARE = 1 / 3  # of the parent's learning rate: every weight trains, most of them already trained
 
@@ -34,13 +41,18 @@ class LinearizeBenchmark(QualityBenchmark):
                             help="the child's learned feature map (default hedgehog)")
         parser.add_argument("--budgets", type=positive_list(int, "percentages of the parent's updates", "5,10"),
                             default=[5, 10], help="the children's updates, in percent of the parent's (default 5,10)")
+        parser.add_argument("--family", choices=FAMILIES, default="transformer_lm",
+                            help="the parent: the quality study's transformer_lm (results/linearize.*) or its "
+                                 "masked-LM roberta, also scored on classification (results/linearize_roberta.*)")
 
     def measure(self, args, data):
-        self.feature_map, self.budgets = args.feature_map, sorted(args.budgets)
+        self.feature_map, self.budgets, self.family = args.feature_map, sorted(args.budgets), args.family
+        if self.family == "roberta":
+            self.name = "linearize_roberta"
         super().measure(args, data)
 
     def stages(self):
-        return (("linearize", self.linearize),)
+        return (("linearize", self.linearize if self.family == "transformer_lm" else self.linearize_roberta),)
 
     def linearize(self, study: Quality) -> Dict:
         s, n = study.s, study.s.lm_tokens
@@ -66,7 +78,7 @@ class LinearizeBenchmark(QualityBenchmark):
                 "converted, no update": scored(converted, 0)}
         finetune_lr = s.lm_lr * FINETUNE_LR_SHARE
         for percent in self.budgets:
-            updates = self.updates(s, percent)
+            updates = self.updates(s.lm_updates, percent)
             transfer = trained(("linearize-transfer", self.feature_map, percent), ["--criterion", "attention_transfer"],
                                converted, updates // 2, TRANSFER_LR)
             rows[f"transfer, {percent / 2:g}%"] = scored(transfer, updates // 2)
@@ -75,71 +87,151 @@ class LinearizeBenchmark(QualityBenchmark):
             rows[f"transfer + finetune, {percent}%"] = scored(finetune, updates)
         percent = self.budgets[-1]
         alone = trained(("linearize-finetune-only", self.feature_map, percent), [], converted,
-                        self.updates(s, percent), finetune_lr)
-        rows[f"finetune only (no transfer), {percent}%"] = scored(alone, self.updates(s, percent))
+                        self.updates(s.lm_updates, percent), finetune_lr)
+        rows[f"finetune only (no transfer), {percent}%"] = scored(alone, self.updates(s.lm_updates, percent))
         for name, row in rows.items():
             say(f"   {name}: test perplexity {row['test_ppl']:.2f} after {row['updates']} updates", "linearize")
         return {"feature_map": self.feature_map, "parent_updates": s.lm_updates, "rows": rows}
 
+    def linearize_roberta(self, study: Quality) -> Dict:
+        s, n = study.s, study.s.n
+        options = ["--feature-map", self.feature_map]
+        parent = study.masked_lm("roberta", n)
+        study.finetune("roberta")
+        batch = s.tokens_per_batch // n
+        child_args = study.mlm_args(ROBERTA_CHILD, n, options)
+        scratch = study.scored_mlm(study.train(("mlm", ROBERTA_CHILD, n, *options), child_args, s.mlm_updates,
+                                               s.mlm_lr, batch), n)
+        study.classify(scratch, ROBERTA_CHILD, options)
+        converted = {"save": study.work / "checkpoints" / "linearized-roberta"}
+        converted["best"] = converted["save"] / "warm_start.pt"
+        fairseq("fairseq-linattn-warm-start", parent["best"], converted["best"], "--model", "linear_roberta",
+                "--data", study.data.lm, "--feature-map", self.feature_map,
+                log=study.work / "logs" / "warm-start-roberta.log", echo=None)
+
+        def scored(run: Dict, updates: int, tag: str) -> Dict:  # masked-LM perplexity, then the classification
+            study.scored_mlm(run, n)
+            study.classify(run, ROBERTA_CHILD, options, tag=tag)
+            return self._row(run, updates)
+
+        def trained(key: tuple, extra: List, restored_from: Dict, updates: int, lr: float) -> Dict:
+            return study.train(key, [*child_args, *extra, "--restore-file", restored_from["best"], "--reset-optimizer",
+                                     "--reset-dataloader", "--reset-meters"], updates, lr, batch)
+
+        scratch_name = f"linear_roberta {self.feature_map} from scratch"
+        rows = {"roberta (parent)": self._row(parent, s.mlm_updates), scratch_name: self._row(scratch, s.mlm_updates),
+                "converted, no update": scored(converted, 0, "converted")}
+        finetune_lr = s.mlm_lr * FINETUNE_LR_SHARE
+        for percent in self.budgets:
+            updates = self.updates(s.mlm_updates, percent)
+            transfer = trained(("linearize-roberta-transfer", self.feature_map, percent),
+                               ["--criterion", "attention_transfer"], converted, updates // 2, TRANSFER_LR)
+            finetune = trained(("linearize-roberta-finetune", self.feature_map, percent), [], transfer,
+                               updates - updates // 2, finetune_lr)
+            rows[f"transfer + finetune, {percent}%"] = scored(finetune, updates, f"child{percent}")
+        percent = self.budgets[-1]
+        alone = trained(("linearize-roberta-finetune-only", self.feature_map, percent), [], converted,
+                        self.updates(s.mlm_updates, percent), finetune_lr)
+        rows[f"finetune only (no transfer), {percent}%"] = scored(alone, self.updates(s.mlm_updates, percent), "alone")
+        for name, row in rows.items():
+            say(f"   {name}: masked-LM test perplexity {row['test_ppl']:.2f}, dev accuracy {row['dev_accuracy']:.1f}% "
+                f"after {row['updates']} updates", "linearize")
+        return {"family": "roberta", "feature_map": self.feature_map, "parent_updates": s.mlm_updates,
+                "finetune_updates": s.finetune_updates, "rows": rows}
+
     @staticmethod
-    def updates(scale, percent: int) -> int:
+    def updates(parent_updates: int, percent: int) -> int:
         """A child's updates: ``percent`` of the parent's, at least one for each half (transfer, finetune)."""
-        return max(2, scale.lm_updates * percent // 100)
+        return max(2, parent_updates * percent // 100)
 
     @staticmethod
     def _row(run: Dict, updates: int) -> Dict:
-        row = {k: run[k] for k in ("params", "test_ppl", "curve") if k in run}
+        row = {k: run[k] for k in ("params", "test_ppl", "dev_accuracy", "curve") if k in run}
         return {**row, "updates": updates}
 
     def render(self, data):
         study, result = data["study"], data["study"]["linearize"]
+        roberta = result.get("family") == "roberta"
         s = study["scale"]
         rows = result["rows"]
-        parent = rows["transformer_lm (parent)"]["test_ppl"]
+        parent_name = next(name for name in rows if name.endswith("(parent)"))
         scratch_name = next(name for name in rows if name.endswith("from scratch"))
-        scratch = rows[scratch_name]["test_ppl"]
-        table = [[name, f"{row['updates']:,} ({100 * row['updates'] / result['parent_updates']:g}%)",
-                  f"{row['params']:,}" if "params" in row else "–", _fmt(row["test_ppl"]),
-                  f"{row['test_ppl'] / parent:.3f}x", f"{row['test_ppl'] / scratch:.3f}x"] for name, row in rows.items()]
+        parent, scratch = rows[parent_name], rows[scratch_name]
+        table = []
+        for name, row in rows.items():
+            cells = [name, f"{row['updates']:,} ({100 * row['updates'] / result['parent_updates']:g}%)",
+                     f"{row['params']:,}" if "params" in row else "–", _fmt(row["test_ppl"]),
+                     f"{row['test_ppl'] / parent['test_ppl']:.3f}x", f"{row['test_ppl'] / scratch['test_ppl']:.3f}x"]
+            if roberta:
+                cells += [f"{row['dev_accuracy']:.1f}%", f"{row['dev_accuracy'] - parent['dev_accuracy']:+.1f}",
+                          f"{row['dev_accuracy'] - scratch['dev_accuracy']:+.1f}"]
+            table.append(cells)
+        headers = ["model", "updates (of the parent's)", "parameters",
+                   "masked-LM test perplexity" if roberta else "test perplexity", "vs parent", "vs from scratch"]
+        if roberta:
+            headers += ["dev accuracy", "vs parent (points)", "vs from scratch (points)"]
+        updates_key, lr_key = ("mlm_updates", "mlm_lr") if roberta else ("lm_updates", "lm_lr")
+        what = ("masked LM; every row then finetuned on docstring classification for "
+                f"{result.get('finetune_updates')} updates, lr {s['finetune_lr']:g}, its best dev accuracy"
+                if roberta else "causal LM")
         lines = [
-            "### Linearize: a trained transformer_lm converted to kernel attention, against training it from scratch", "",
+            f"### Linearize: a trained {'RoBERTa' if roberta else 'transformer_lm'} converted to kernel attention, "
+            "against training it from scratch", "",
             f"{machine_line(data['machine'], data['load_start'], data['load_end'])}.", "",
-            f"The quality study's causal-LM budget (corpus {s['corpus_chars']:,} characters, vocabulary {s['vocab']}; "
+            f"The quality study's {what} (corpus {s['corpus_chars']:,} characters, vocabulary {s['vocab']}; "
             f"{s['layers']} layers, d={s['dim']}, {s['heads']} heads, FFN {4 * s['dim']}; n={s['n']}, "
-            f"{s['tokens_per_batch']} tokens per batch; lr {s['lm_lr']:g}, seed {s['seed']}). The parent and the "
+            f"{s['tokens_per_batch']} tokens per batch; lr {s[lr_key]:g}, seed {s['seed']}). The parent and the "
             f"from-scratch model train for {result['parent_updates']} updates; each child is `fairseq-linattn-warm-start "
-            f"--feature-map {result['feature_map']}` of the parent, then attention transfer for half its updates "
-            f"(lr {TRANSFER_LR:g}, only the feature maps) and a finetune for the other half (lr "
-            f"{s['lm_lr'] * FINETUNE_LR_SHARE:g}, every weight). Parameters: the children and the from-scratch model "
-            "have the parent's plus the feature maps' weights. Test perplexity from fairseq-eval-lm (context window "
-            f"{s['n'] // 2}).", "",
-            md_table(["model", "updates (of the parent's)", "parameters", "test perplexity", "vs parent",
-                      "vs from scratch"], table)]
+            f"{'--model linear_roberta ' if roberta else ''}--feature-map {result['feature_map']}` of the parent, then "
+            f"attention transfer for half its updates (lr {TRANSFER_LR:g}, only the feature maps) and a finetune for "
+            f"the other half (lr {s[lr_key] * FINETUNE_LR_SHARE:g}, every weight). Parameters: the children and the "
+            "from-scratch model have the parent's plus the feature maps' weights. "
+            + ("Masked-LM test perplexity from fairseq-validate." if roberta else
+               f"Test perplexity from fairseq-eval-lm (context window {s['n'] // 2})."), "",
+            md_table(headers, table)]
+        assert s[updates_key] == result["parent_updates"]
         verdicts = []
         for name, row in rows.items():
-            if name.startswith("transfer + finetune"):
-                share = row["updates"] / result["parent_updates"]
-                met = share <= 0.1 and row["test_ppl"] <= 1.05 * parent and row["test_ppl"] <= scratch
+            if not name.startswith("transfer + finetune"):
+                continue
+            share = row["updates"] / result["parent_updates"]
+            if roberta:
+                gap = row["dev_accuracy"] - parent["dev_accuracy"]
+                met = share <= 0.1 and gap >= -1.0 and row["dev_accuracy"] >= scratch["dev_accuracy"]
                 verdicts.append(
-                    f"goal: {name}: {row['test_ppl'] / parent:.3f}x the parent's perplexity after {share:.1%} of its "
-                    f"updates (goal <= 1.05x with at most 10%), {row['test_ppl'] / scratch:.3f}x {scratch_name} "
-                    f"(goal <= 1.00x): {'meets' if met else 'misses'} the goal")
+                    f"goal: {name}: dev accuracy {row['dev_accuracy']:.1f}% vs the parent's {parent['dev_accuracy']:.1f}% "
+                    f"({gap:+.1f} points; goal within 1 with at most 10% of its updates), {scratch_name} "
+                    f"{scratch['dev_accuracy']:.1f}% (goal: at least as good): {'meets' if met else 'misses'} the goal")
+            else:
+                met = (share <= 0.1 and row["test_ppl"] <= 1.05 * parent["test_ppl"]
+                       and row["test_ppl"] <= scratch["test_ppl"])
+                verdicts.append(
+                    f"goal: {name}: {row['test_ppl'] / parent['test_ppl']:.3f}x the parent's perplexity after "
+                    f"{share:.1%} of its updates (goal <= 1.05x with at most 10%), "
+                    f"{row['test_ppl'] / scratch['test_ppl']:.3f}x {scratch_name} (goal <= 1.00x): "
+                    f"{'meets' if met else 'misses'} the goal")
         return "\n".join(lines), verdicts
 
     def plot(self, data):
         plt = pyplot()
-        rows = data["study"]["linearize"]["rows"]
-        fig, ax = plt.subplots(figsize=(9, 4.5))
+        result = data["study"]["linearize"]
+        rows, roberta = result["rows"], result.get("family") == "roberta"
+        scores = [("test_ppl", "masked-LM test perplexity" if roberta else "test perplexity (fairseq-eval-lm)")]
+        if roberta:
+            scores.append(("dev_accuracy", "dev accuracy (%)"))
+        fig, axes = plt.subplots(1, len(scores), figsize=(9 * len(scores), 4.5), squeeze=False)
         names = list(rows)
-        ax.barh(range(len(names)), [rows[name]["test_ppl"] for name in names], color="tab:blue")
-        ax.axvline(rows["transformer_lm (parent)"]["test_ppl"], color="gray", ls=":", lw=1)
-        ax.set_yticks(range(len(names)))
-        ax.set_yticklabels([f"{name} ({rows[name]['updates']} upd.)" for name in names], fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlabel("test perplexity (fairseq-eval-lm)")
-        ax.grid(alpha=0.3, axis="x")
+        parent = next(name for name in rows if name.endswith("(parent)"))
+        for ax, (key, label) in zip(axes[0], scores):
+            ax.barh(range(len(names)), [rows[name][key] for name in names], color="tab:blue")
+            ax.axvline(rows[parent][key], color="gray", ls=":", lw=1)
+            ax.set_yticks(range(len(names)))
+            ax.set_yticklabels([f"{name} ({rows[name]['updates']} upd.)" for name in names], fontsize=7)
+            ax.invert_yaxis()
+            ax.set_xlabel(label)
+            ax.grid(alpha=0.3, axis="x")
         fig.tight_layout()
-        return titled(fig, "linearizing a trained transformer_lm", data)
+        return titled(fig, f"linearizing a trained {'RoBERTa' if roberta else 'transformer_lm'}", data)
 
 
 main = entry_point(LinearizeBenchmark)

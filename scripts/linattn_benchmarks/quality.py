@@ -219,12 +219,21 @@ class Quality:
         arch, options = MLM_MODELS[name]
         extra = options(n) if extra is None else extra
         s = self.s
-        masking = [] if s.train_mask_prob is None else ["--mask-prob", s.train_mask_prob]
-        run = self.train(("mlm", arch, n, *extra), [
-            self.data.lm, "--task", "masked_lm", "--criterion", "masked_lm", *self.encoder(arch, n), *extra,
-            "--tokens-per-sample", n, "--sample-break-mode", "complete", "--skip-invalid-size-inputs-valid-test",
-            *masking, *self.training_dropout()], s.mlm_updates, s.mlm_lr, s.tokens_per_batch // n, echo=echo)
+        run = self.train(("mlm", arch, n, *extra), self.mlm_args(arch, n, extra), s.mlm_updates, s.mlm_lr,
+                         s.tokens_per_batch // n, echo=echo)
+        return self.scored_mlm(run, n)
+
+    def mlm_args(self, arch: str, n: int, extra: List) -> List:
+        """fairseq-train's masked-LM task and model flags for the encoder ``arch`` with ``extra`` options."""
+        masking = [] if self.s.train_mask_prob is None else ["--mask-prob", self.s.train_mask_prob]
+        return [self.data.lm, "--task", "masked_lm", "--criterion", "masked_lm", *self.encoder(arch, n), *extra,
+                "--tokens-per-sample", n, "--sample-break-mode", "complete", "--skip-invalid-size-inputs-valid-test",
+                *masking, *self.training_dropout()]
+
+    def scored_mlm(self, run: Dict, n: int) -> Dict:
+        """The masked-LM run with its test perplexity (fairseq-validate on the test split)."""
         if "test_ppl" not in run:
+            s = self.s
             overrides = [] if s.eval_mask_prob is None else ["--model-overrides", repr({"mask_prob": s.eval_mask_prob})]
             run["validate_log"] = self.work / "logs" / f"validate-{run['save'].name}.log"
             log = fairseq("fairseq-validate", self.data.lm, "--user-dir", USER_DIR, "--task", "masked_lm",
@@ -236,16 +245,20 @@ class Quality:
         return run
 
     def finetune(self, name: str, echo=None) -> float:
-        """Dev accuracy (%) of the encoder pretrained as ``name``, finetuned on docstring classification: the
-        best validation's, or (keep_best False) the last one's, the model the run saved."""
-        pretrained = self.masked_lm(name, self.s.n)
+        """Dev accuracy (%) of the encoder pretrained as ``name``, finetuned on docstring classification."""
+        arch, options = MLM_MODELS[name]
+        return self.classify(self.masked_lm(name, self.s.n), arch, options(self.s.n), echo=echo)
+
+    def classify(self, pretrained: Dict, arch: str, options: List, tag: str = "", echo=None) -> float:
+        """Dev accuracy (%) of the masked-LM run ``pretrained`` (an ``arch`` encoder with ``options``; ``tag`` tells
+        apart runs of the same encoder), finetuned on docstring classification: the best validation's, or
+        (keep_best False) the last one's, the model the run saved."""
         if "dev_accuracy" not in pretrained:
-            arch, options = MLM_MODELS[name]
             s = self.s
-            run = self.train(("cls", arch, s.n, *options(s.n)), [
+            run = self.train(("cls", arch, s.n, *options, *([tag] if tag else [])), [
                 self.data.cls, "--task", "sentence_prediction", "--criterion", "sentence_prediction",
                 "--num-classes", 3, "--init-token", 0, "--separator-token", 2, *self.encoder(arch, s.n),
-                *options(s.n), "--shorten-method", "truncate", "--restore-file", pretrained["best"],
+                *options, "--shorten-method", "truncate", "--restore-file", pretrained["best"],
                 "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--best-checkpoint-metric", "accuracy",
                 "--maximize-best-checkpoint-metric", "--find-unused-parameters", "--dropout", FINETUNE_DROPOUT],
                 s.finetune_updates, s.finetune_lr, 32, metric="accuracy", echo=echo)

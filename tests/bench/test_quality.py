@@ -115,3 +115,25 @@ def test_quick_linearize_study_writes_its_table(tmp_path):
     assert all(math.isfinite(row["test_ppl"]) and row["test_ppl"] > 1 for row in rows.values())
     assert "| transfer + finetune, 25% | 2 (25%) |" in (out / "linearize.md").read_text()
     assert "goal: transfer + finetune, 50%" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_quick_roberta_linearize_study_scores_perplexity_and_classification(tmp_path):
+    """--family roberta: the study's RoBERTa converted to linear_roberta, each row scored by fairseq-validate's
+    masked-LM perplexity and by the docstring classification's dev accuracy after the same finetune."""
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, os.path.join("scripts", "bench_linearize.py"), "--quick", "--family",
+                           "roberta", "--out", str(out), "--work-dir", str(tmp_path / "work")], capture_output=True,
+                          text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads((out / "linearize_roberta.json").read_text())["study"]["linearize"]
+    rows = result["rows"]
+    assert result["family"] == "roberta" and {
+        "roberta (parent)", "linear_roberta hedgehog from scratch", "converted, no update", "transfer + finetune, 25%",
+        "transfer + finetune, 50%", "finetune only (no transfer), 50%"} == set(rows)
+    for row in rows.values():
+        assert math.isfinite(row["test_ppl"]) and row["test_ppl"] > 1 and 0 <= row["dev_accuracy"] <= 100
+    work = tmp_path / "work" / "quick"
+    assert len(list((work / "checkpoints").glob("cls-*/checkpoint_best.pt"))) == len(rows)  # one finetune per row
+    assert "dev accuracy" in (out / "linearize_roberta.md").read_text() and (out / "linearize_roberta.png").exists()
+    assert "goal: transfer + finetune, 50%: dev accuracy" in proc.stdout
