@@ -59,36 +59,15 @@ class LinearizeBenchmark(QualityBenchmark):
         scratch_name = f"linear {self.feature_map}"
         parent = study.language_model(SOFTMAX_LM)
         scratch = study.language_model(scratch_name)
-        converted = {"save": study.work / "checkpoints" / "linearized"}
-        converted["best"] = converted["save"] / "warm_start.pt"
-        fairseq("fairseq-linattn-warm-start", parent["best"], converted["best"], "--data", study.data.lm,
-                "--feature-map", self.feature_map, log=study.work / "logs" / "warm-start.log", echo=None)
-        child_args = study.lm_args(scratch_name)
 
-        def scored(run: Dict, updates: int) -> Dict:  # the run's row: its test perplexity, as the study scores
+        def scored(run: Dict, updates: int, tag: str) -> Dict:  # the run's row: its test perplexity, as the study scores
             run["test_ppl"] = study.eval_lm(run, n, n // 2)[0]
             return self._row(run, updates)
 
-        def trained(key: tuple, extra: List, restored_from: Dict, updates: int, lr: float) -> Dict:
-            return study.train(key, [*child_args, *extra, "--restore-file", restored_from["best"], "--reset-optimizer",
-                                     "--reset-dataloader", "--reset-meters"], updates, lr, study.lm_batch())
-
         rows = {"transformer_lm (parent)": self._row(parent, s.lm_updates),
                 f"{scratch_name} from scratch": self._row(scratch, s.lm_updates),
-                "converted, no update": scored(converted, 0)}
-        finetune_lr = s.lm_lr * FINETUNE_LR_SHARE
-        for percent in self.budgets:
-            updates = self.updates(s.lm_updates, percent)
-            transfer = trained(("linearize-transfer", self.feature_map, percent), ["--criterion", "attention_transfer"],
-                               converted, updates // 2, TRANSFER_LR)
-            rows[f"transfer, {percent / 2:g}%"] = scored(transfer, updates // 2)
-            finetune = trained(("linearize-finetune", self.feature_map, percent), [], transfer,
-                               updates - updates // 2, finetune_lr)
-            rows[f"transfer + finetune, {percent}%"] = scored(finetune, updates)
-        percent = self.budgets[-1]
-        alone = trained(("linearize-finetune-only", self.feature_map, percent), [], converted,
-                        self.updates(s.lm_updates, percent), finetune_lr)
-        rows[f"finetune only (no transfer), {percent}%"] = scored(alone, self.updates(s.lm_updates, percent))
+                **self.children(study, "", parent, [], study.lm_args(scratch_name), s.lm_updates, s.lm_lr,
+                                study.lm_batch(), scored, transfer_rows=True)}
         for name, row in rows.items():
             say(f"   {name}: test perplexity {row['test_ppl']:.2f} after {row['updates']} updates", "linearize")
         return {"feature_map": self.feature_map, "parent_updates": s.lm_updates, "rows": rows}
@@ -103,41 +82,56 @@ class LinearizeBenchmark(QualityBenchmark):
         scratch = study.scored_mlm(study.train(("mlm", ROBERTA_CHILD, n, *options), child_args, s.mlm_updates,
                                                s.mlm_lr, batch), n)
         study.classify(scratch, ROBERTA_CHILD, options)
-        converted = {"save": study.work / "checkpoints" / "linearized-roberta"}
-        converted["best"] = converted["save"] / "warm_start.pt"
-        fairseq("fairseq-linattn-warm-start", parent["best"], converted["best"], "--model", "linear_roberta",
-                "--data", study.data.lm, "--feature-map", self.feature_map,
-                log=study.work / "logs" / "warm-start-roberta.log", echo=None)
 
         def scored(run: Dict, updates: int, tag: str) -> Dict:  # masked-LM perplexity, then the classification
             study.scored_mlm(run, n)
             study.classify(run, ROBERTA_CHILD, options, tag=tag)
             return self._row(run, updates)
 
-        def trained(key: tuple, extra: List, restored_from: Dict, updates: int, lr: float) -> Dict:
-            return study.train(key, [*child_args, *extra, "--restore-file", restored_from["best"], "--reset-optimizer",
-                                     "--reset-dataloader", "--reset-meters"], updates, lr, batch)
-
-        scratch_name = f"linear_roberta {self.feature_map} from scratch"
-        rows = {"roberta (parent)": self._row(parent, s.mlm_updates), scratch_name: self._row(scratch, s.mlm_updates),
-                "converted, no update": scored(converted, 0, "converted")}
-        finetune_lr = s.mlm_lr * FINETUNE_LR_SHARE
-        for percent in self.budgets:
-            updates = self.updates(s.mlm_updates, percent)
-            transfer = trained(("linearize-roberta-transfer", self.feature_map, percent),
-                               ["--criterion", "attention_transfer"], converted, updates // 2, TRANSFER_LR)
-            finetune = trained(("linearize-roberta-finetune", self.feature_map, percent), [], transfer,
-                               updates - updates // 2, finetune_lr)
-            rows[f"transfer + finetune, {percent}%"] = scored(finetune, updates, f"child{percent}")
-        percent = self.budgets[-1]
-        alone = trained(("linearize-roberta-finetune-only", self.feature_map, percent), [], converted,
-                        self.updates(s.mlm_updates, percent), finetune_lr)
-        rows[f"finetune only (no transfer), {percent}%"] = scored(alone, self.updates(s.mlm_updates, percent), "alone")
+        rows = {"roberta (parent)": self._row(parent, s.mlm_updates),
+                f"linear_roberta {self.feature_map} from scratch": self._row(scratch, s.mlm_updates),
+                # no row after the transfer alone: fairseq-validate scores a checkpoint with the criterion it was
+                # trained with, and attention_transfer's is the transfer loss, not the masked LM's
+                **self.children(study, "-roberta", parent, ["--model", "linear_roberta"], child_args, s.mlm_updates,
+                                s.mlm_lr, batch, scored, transfer_rows=False)}
         for name, row in rows.items():
             say(f"   {name}: masked-LM test perplexity {row['test_ppl']:.2f}, dev accuracy {row['dev_accuracy']:.1f}% "
                 f"after {row['updates']} updates", "linearize")
         return {"family": "roberta", "feature_map": self.feature_map, "parent_updates": s.mlm_updates,
                 "finetune_updates": s.finetune_updates, "rows": rows}
+
+    def children(self, study: Quality, family: str, parent: Dict, warm_start_args: List, child_args: List,
+                 parent_updates: int, lr: float, batch: int, scored, transfer_rows: bool) -> Dict[str, Dict]:
+        """The parent converted (``fairseq-linattn-warm-start`` with ``warm_start_args``), then, for each budget,
+        attention transfer and finetune (``child_args``: the child's fairseq-train task and model flags), and the
+        finetune alone for the largest budget: {row name: ``scored(run, updates, tag)``}; ``transfer_rows``: a row
+        after the transfer alone too."""
+        converted = {"save": study.work / "checkpoints" / f"linearized{family}"}
+        converted["best"] = converted["save"] / "warm_start.pt"
+        fairseq("fairseq-linattn-warm-start", parent["best"], converted["best"], *warm_start_args, "--data",
+                study.data.lm, "--feature-map", self.feature_map, log=study.work / "logs" / f"warm-start{family}.log",
+                echo=None)
+
+        def trained(kind: str, percent: int, extra: List, restored_from: Dict, updates: int, lr: float) -> Dict:
+            return study.train((f"linearize{family}-{kind}", self.feature_map, percent), [
+                *child_args, *extra, "--restore-file", restored_from["best"], "--reset-optimizer", "--reset-dataloader",
+                "--reset-meters"], updates, lr, batch)
+
+        rows = {"converted, no update": scored(converted, 0, "converted")}
+        finetune_lr = lr * FINETUNE_LR_SHARE
+        for percent in self.budgets:
+            updates = self.updates(parent_updates, percent)
+            transfer = trained("transfer", percent, ["--criterion", "attention_transfer"], converted, updates // 2,
+                               TRANSFER_LR)
+            if transfer_rows:
+                rows[f"transfer, {percent / 2:g}%"] = scored(transfer, updates // 2, f"transfer{percent}")
+            finetune = trained("finetune", percent, [], transfer, updates - updates // 2, finetune_lr)
+            rows[f"transfer + finetune, {percent}%"] = scored(finetune, updates, f"child{percent}")
+        percent = self.budgets[-1]
+        updates = self.updates(parent_updates, percent)
+        rows[f"finetune only (no transfer), {percent}%"] = scored(
+            trained("finetune-only", percent, [], converted, updates, finetune_lr), updates, "alone")
+        return rows
 
     @staticmethod
     def updates(parent_updates: int, percent: int) -> int:
