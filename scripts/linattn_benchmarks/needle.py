@@ -197,7 +197,9 @@ class NeedleBenchmark(Study):
         n = study["scale"]["lm_n"] or study["scale"]["n"]
         lines = ["### Needle retrieval: a number in a long context, asked for at the end", "",
                  f"{machine_line(data['machine'], data['load_start'], data['load_end'])}.", "",
-                 f"The quality study's causal LMs (trained on {n}-token samples; its budget and equal parameters); "
+                 f"The quality study's causal LMs (trained on {n}-token samples; its budget, and its parameter "
+                 "rule: an output-gated model's FFN is d/2 narrower, which leaves a model with more gate weights "
+                 "larger: see the parameters); "
                  f"prompts of {', '.join(f'{m}x' for m in multiples)} that length with the needle at "
                  f"{len(study['depths'])} depths each; greedy decoding through the hub's generate (the recurrent "
                  "models as RNNs). `filler`: RULER's S-NIAH-1 (repeated filler); `text`: S-NIAH-2 (the corpus's "
@@ -208,9 +210,12 @@ class NeedleBenchmark(Study):
                                   ("digits", "Digits right in place (partial credit)", "{:.2f}"),
                                   ("gain", "Gain: log-likelihood of the hidden number (nats) minus the same with "
                                            "another number hidden (> 0: the model read the needle)", "{:+.2f}")):
-            rows = [[name, f"{m['test_ppl']:.2f}", *[fmt.format(mean(d)) for h in HAYSTACKS for d in
-                                                     m["by_depth"][score][h]]] for name, m in models.items()]
-            lines += [f"**{title}**", "", md_table(["model", "test ppl", *columns], rows), ""]
+            first = score == SCORES[0]  # the first table also has the parameters
+            rows = [[name, *([f"{m['params']:,}"] if first else []), f"{m['test_ppl']:.2f}",
+                     *[fmt.format(mean(d)) for h in HAYSTACKS for d in m["by_depth"][score][h]]]
+                    for name, m in models.items()]
+            lines += [f"**{title}**", "", md_table(["model", *(["parameters"] if first else []), "test ppl", *columns],
+                                                   rows), ""]
         if 4 in multiples:
             quarters = [f"depth {q / 4:.2f}-{(q + 1) / 4:.2f}" for q in range(4)]
             at = multiples.index(4)
