@@ -5,9 +5,11 @@ kernel attention of the model computes, beside its own output, what softmax atte
 projections gives (no gradient), and the loss is the mean squared difference, summed over the layers. Only the
 feature maps train (``--transfer-params feature-maps``, the default: learned maps such as ``--feature-map hedgehog``
 or ``t2r``; every other weight is frozen, so the teacher stays the model's own projections), or everything
-(``all``). The task's own loss is logged beside it (``task_loss``, not trained on), so that the transfer can be
-watched from the start. A finetune with the task's criterion follows.
+(``all``). The task's own loss is logged beside it (``task_loss``, not trained on: base 2 per target that is not
+padding, as fairseq's cross-entropy and masked-LM criteria log theirs), so that the transfer can be watched from
+the start. A finetune with the task's criterion follows.
 """
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -84,19 +86,21 @@ class AttentionTransferCriterion(FairseqCriterion):
             target = model.get_targets(sample, net_output)
             task_loss = torch.nn.functional.nll_loss(lprobs.reshape(-1, lprobs.size(-1)).float(), target.reshape(-1),
                                                      ignore_index=self.padding_idx, reduction="sum")
-        ntokens = sample["ntokens"]
-        return loss, 1, {"loss": loss.data, "task_loss": task_loss.data, "ntokens": ntokens,
-                         "nsentences": sample["target"].size(0), "sample_size": 1, "layers": len(losses)}
+        # the targets the task's loss is over: a masked LM's are its masked positions, not sample["ntokens"]
+        targets = int(target.ne(self.padding_idx).sum())
+        return loss, 1, {"loss": loss.data, "task_loss": task_loss.data, "targets": targets,
+                         "ntokens": sample["ntokens"], "nsentences": sample["target"].size(0), "sample_size": 1,
+                         "layers": len(losses)}
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
         batches = len(logging_outputs)
         metrics.log_scalar("loss", sum(log.get("loss", 0) for log in logging_outputs) / max(1, batches), batches,
                            round=6)
-        ntokens = sum(log.get("ntokens", 0) for log in logging_outputs)
-        if ntokens:
-            metrics.log_scalar("task_loss", sum(log.get("task_loss", 0) for log in logging_outputs) / ntokens,
-                               ntokens, round=3)
+        targets = sum(log.get("targets", 0) for log in logging_outputs)
+        if targets:
+            metrics.log_scalar("task_loss", sum(log.get("task_loss", 0) for log in logging_outputs) / targets
+                               / math.log(2), targets, round=3)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

@@ -1,6 +1,8 @@
 """--criterion attention_transfer: each kernel attention's output against softmax attention's over the same
 projections, the loss that trains a learned feature map to mimic softmax (the first step of converting a trained
 softmax model)."""
+import math
+
 import pytest
 import torch
 
@@ -63,6 +65,25 @@ def sample(task, batch=4, length=24):
     tokens = torch.randint(4, len(task.dictionary), (batch, length + 1))
     return {"net_input": {"src_tokens": tokens[:, :-1], "src_lengths": torch.full((batch,), length)},
             "target": tokens[:, 1:], "ntokens": batch * length}
+
+
+def test_the_task_loss_is_logged_as_the_tasks_criterion_logs_it():
+    """Base 2, per target that is not padding (a masked LM's masked positions, not every token of the sample)."""
+    from fairseq import metrics
+
+    torch.manual_seed(0)
+    model, task = build("linear_transformer_lm", feature_map="hedgehog", **SMALL_DECODER)
+    batch = sample(task)
+    batch["target"][:, ::3] = task.dictionary.pad()  # as a masked LM's targets: most positions not scored
+    _, _, log = AttentionTransferCriterion(task)(model, batch)
+    with torch.no_grad():
+        lprobs = model.get_normalized_probs(model(**batch["net_input"]), log_probs=True)
+    real = batch["target"].ne(task.dictionary.pad())
+    expected = -lprobs.gather(-1, batch["target"].clamp(min=0).unsqueeze(-1)).squeeze(-1)[real].mean() / math.log(2)
+    assert log["targets"] == int(real.sum()) < batch["ntokens"]
+    with metrics.aggregate() as agg:
+        AttentionTransferCriterion.reduce_metrics([log])
+    assert agg.get_smoothed_values()["task_loss"] == pytest.approx(float(expected), abs=1e-3)
 
 
 def test_the_criterion_trains_the_feature_maps_alone_toward_softmax():
