@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 import torch
-from fairseq import metrics
+from fairseq import metrics, utils
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
 
@@ -86,8 +86,9 @@ class AttentionTransferCriterion(FairseqCriterion):
             target = model.get_targets(sample, net_output)
             task_loss = torch.nn.functional.nll_loss(lprobs.reshape(-1, lprobs.size(-1)).float(), target.reshape(-1),
                                                      ignore_index=self.padding_idx, reduction="sum")
-        # the targets the task's loss is over: a masked LM's are its masked positions, not sample["ntokens"]
-        targets = int(target.ne(self.padding_idx).sum())
+        # the targets the task's loss is over: a masked LM's are its masked positions, not sample["ntokens"] (a
+        # tensor: counted on the device, read once per log by reduce_metrics, not once per step)
+        targets = target.ne(self.padding_idx).sum()
         return loss, 1, {"loss": loss.data, "task_loss": task_loss.data, "targets": targets,
                          "ntokens": sample["ntokens"], "nsentences": sample["target"].size(0), "sample_size": 1,
                          "layers": len(losses)}
@@ -97,7 +98,7 @@ class AttentionTransferCriterion(FairseqCriterion):
         batches = len(logging_outputs)
         metrics.log_scalar("loss", sum(log.get("loss", 0) for log in logging_outputs) / max(1, batches), batches,
                            round=6)
-        targets = sum(log.get("targets", 0) for log in logging_outputs)
+        targets = utils.item(sum(log.get("targets", 0) for log in logging_outputs))
         if targets:
             metrics.log_scalar("task_loss", sum(log.get("task_loss", 0) for log in logging_outputs) / targets
                                / math.log(2), targets, round=3)

@@ -103,15 +103,19 @@ def digits_right(answer: str, truth: str) -> float:
     return sum(a == t for a, t in zip(answer, truth)) / len(truth)
 
 
-def answer_log_prob(lm, prompt: torch.Tensor, answer: torch.Tensor) -> float:
-    """log p(answer | prompt) under the hub's model, teacher-forced (one parallel forward: the recurrent models'
-    chunked form, which the tests hold equal to their RNN steps)."""
-    model = lm.models[0]
-    tokens = torch.cat([prompt, answer]).unsqueeze(0)
+def answer_log_probs(lm, prompts: List[torch.Tensor], answers: List[torch.Tensor]) -> List[float]:
+    """log p(answer | prompt) of each pair under the hub's model, teacher-forced, in one batch (prompts of one
+    length; the rows padded after their answer, which a causal model does not see; one parallel forward: the
+    recurrent models' chunked form, which the tests hold equal to their RNN steps)."""
+    model, start = lm.models[0], len(prompts[0])
+    width = start + max(len(answer) for answer in answers)
+    tokens = torch.full((len(prompts), width), lm.src_dict.pad(), dtype=torch.long)
+    for row, (prompt, answer) in enumerate(zip(prompts, answers)):
+        tokens[row, :start + len(answer)] = torch.cat([prompt, answer])
     with torch.no_grad():
-        log_probs = model.get_normalized_probs(model(tokens), log_probs=True)[0]
-    at = torch.arange(len(prompt) - 1, tokens.size(1) - 1)
-    return float(log_probs[at, answer].sum())
+        log_probs = model.get_normalized_probs(model(tokens), log_probs=True)
+    return [float(log_probs[row, start - 1 + torch.arange(len(answer)), answer].sum())
+            for row, answer in enumerate(answers)]
 
 
 def first_number(text: str) -> str:
@@ -186,9 +190,9 @@ class NeedleBenchmark(Study):
                 # the same prompt with another number hidden: what the needle adds to the number's log-likelihood
                 decoys = [prompts.make(haystack, length, depth, key, decoy, offset)
                           for depth, (key, _, decoy, offset) in zip(depths, trials)]
-                answers = [prompts.ids(f" {hidden}") for _, hidden, _, _ in trials]
-                scores["gain"][haystack].append([answer_log_prob(lm, prompt, answer) - answer_log_prob(lm, other, answer)
-                                                 for prompt, other, answer in zip(batch, decoys, answers)])
+                hidden_ids = [prompts.ids(f" {hidden}") for _, hidden, _, _ in trials]
+                read, guessed = answer_log_probs(lm, batch, hidden_ids), answer_log_probs(lm, decoys, hidden_ids)
+                scores["gain"][haystack].append([a - b for a, b in zip(read, guessed)])
         return scores
 
     def render(self, data):

@@ -217,7 +217,10 @@ class Quality:
 
     def masked_lm(self, name: str, n: int, extra=None, echo=None) -> Dict:
         arch, options = MLM_MODELS[name]
-        extra = options(n) if extra is None else extra
+        return self.encoder_lm(arch, n, options(n) if extra is None else extra, echo=echo)
+
+    def encoder_lm(self, arch: str, n: int, extra: List, echo=None) -> Dict:
+        """The encoder ``arch`` with ``extra`` options pretrained on the masked-LM task, with its test perplexity."""
         s = self.s
         run = self.train(("mlm", arch, n, *extra), self.mlm_args(arch, n, extra), s.mlm_updates, s.mlm_lr,
                          s.tokens_per_batch // n, echo=echo)
