@@ -9,6 +9,7 @@ from fairseq_linattn.attention.ops.delta_rule import (
     naive_recurrent_delta_rule,
     recurrent_delta_rule_step,
 )
+from fairseq_linattn.attention.ops.delta_rule.utils import solve_and_carry, solve_and_carry_autograd
 from tests.reference import assert_grads_match_reference, assert_matches_reference
 
 # log decays: none (DeltaNet), mild (exp(g) mostly 0.3-0.9), strong (exp(g) mostly < 0.02: the cumulative decay
@@ -91,6 +92,41 @@ def test_gradcheck_float64(decay):
         def op(q, k, v, beta, log_decay, state):
             return chunk_delta_rule(q, k, v, beta, log_decay, 3, initial_state=state, return_state=True)
         assert torch.autograd.gradcheck(op, (q, k, v, beta, log_decay, state))
+
+
+def solve_and_carry_inputs(decay, n=3, chunks=3, c=5, m=4, d=3):
+    """The chunk-level inputs of ``solve_and_carry`` (float64 leaves): a lower part with entries of the size β k·k Γ
+    gives, the state decay per head (1 x 1) or per key channel (M x 1), or None."""
+    lower = (torch.rand(n, chunks, c, c, dtype=torch.float64) - 0.5).requires_grad_()
+    mats = [torch.randn(n, chunks, c, f, dtype=torch.float64, requires_grad=True) for f in (m, d, m)]
+    scores = torch.randn(n, chunks, c, c, dtype=torch.float64).tril().requires_grad_()
+    k_into_state = torch.randn(n, chunks, c, m, dtype=torch.float64, requires_grad=True)
+    rows = {"none": None, "head": 1, "channel": m}[decay]
+    state_decay = None if rows is None else torch.rand(n, chunks, rows, 1, dtype=torch.float64).requires_grad_()
+    state = torch.randn(n, m, d, dtype=torch.float64, requires_grad=True)
+    return [lower, mats[0], mats[1], mats[2], scores, k_into_state, state_decay, state]
+
+
+@pytest.mark.parametrize("decay", ["none", "head", "channel"])
+@pytest.mark.parametrize("final_state_used", [True, False])
+def test_written_out_backward_matches_autograd(decay, final_state_used):
+    """The chunk loop's written-out backward (:class:`_SolveAndCarry`) against the same forward left to autograd,
+    every input (the parts of ``lower`` on and above the diagonal, which the solve does not read, get none), with
+    and without a gradient reaching the final state; and finite differences on the written-out one."""
+    inputs = solve_and_carry_inputs(decay)
+    out, final = solve_and_carry(*inputs)
+    ref, ref_final = solve_and_carry_autograd(*inputs)
+    assert_matches_reference(out, ref, 1e-12, "output")
+    assert_matches_reference(final, ref_final, 1e-12, "final state")
+    leaves_ = [x for x in inputs if x is not None]
+    names = [name for name, x in zip(("lower", "erase_keys", "values", "q_carried", "scores", "k_into_state",
+                                      "state_decay", "state"), inputs) if x is not None]
+    if final_state_used:
+        assert_grads_match_reference(torch.cat([out.flatten(1, 2), final], 1), torch.cat([ref.flatten(1, 2), ref_final],
+                                     1), leaves_, 1e-11, names)
+    else:
+        assert_grads_match_reference(out, ref, leaves_, 1e-11, names)
+    assert torch.autograd.gradcheck(lambda *x: solve_and_carry(*x), tuple(inputs))
 
 
 @pytest.mark.parametrize("decay", ["none", "strong"])

@@ -19,8 +19,9 @@ transform of Yang et al. 2024):
     S_C = γ_C S_0 + (K ⊙ exp(b_C - b))^T Û
 
 L, W, U, the masked scores and the decays do not depend on S_0: they are computed for all chunks at once
-(one batched triangular solve), and the loop over chunks does only the three products with S_0. Every decay
-weight is exp of a nonpositive number (the masked upper part of Γ is clamped so that it cannot overflow, and
+(one batched triangular inverse), and the loop over chunks does only the two products with S_0 that the next
+chunk needs (the output's is one product over all chunks, afterwards). Every decay
+weight is exp of a nonpositive number (the upper part of Γ is exp(-inf) = 0, so it cannot overflow, and
 nothing is ever divided by γ), so any decay, however strong, is stable: weights underflow to 0, correctly.
 
 The last chunk is padded with k = v = β = g = 0, which makes the padding a no-op (L's rows there are the
@@ -87,17 +88,20 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[
 
     q, k, v, beta = split(q), split(k), split(v), split(beta.unsqueeze(-1))  # beta: N x chunks x C x 1
     keys_weighted = beta * k  # diag(β) K
+    # L's lower part, unmasked: the solve reads only what lies below the diagonal (and gives it the gradient)
+    lower = torch.matmul(keys_weighted, k.transpose(-1, -2))
+    scores = torch.matmul(q, k.transpose(-1, -2))
     # masks from an index comparison: a batched tril_ runs a parallel loop over the batch even for tiny
     # matrices, which cost milliseconds per call on busy cores (measured on 2 shared cores)
     position = torch.arange(chunk, device=q.device)
-    scores = torch.matmul(q, k.transpose(-1, -2)).masked_fill_(position[:, None] < position, 0.0)  # tril(Q K^T)
-    # strictly lower part of L; solve_triangular(unitriangular=True) does not read the diagonal (L's ones)
-    lower = torch.matmul(keys_weighted, k.transpose(-1, -2)).masked_fill_(position[:, None] <= position, 0.0)
+    future = position[:, None] < position
     if log_decay is None:
+        scores = scores.masked_fill_(future, 0.0)  # tril(Q K^T)
         q_carried, k_into_state, state_decay = q, k, None
     else:
         b = split(log_decay.unsqueeze(-1)).cumsum(-2)  # N x chunks x C x 1, within each chunk
-        within = torch.exp((b - b.transpose(-1, -2)).clamp(max=0))  # Γ_ij = exp(b_i - b_j) for j <= i
+        # Γ_ij = exp(b_i - b_j) for j <= i, 0 above: exp(-inf), which nothing can overflow, nor its gradient
+        within = torch.exp((b - b.transpose(-1, -2)).masked_fill_(future, -math.inf))
         gamma = torch.exp(b)
         scores = scores * within
         lower = lower * within

@@ -85,8 +85,7 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, erase: Tensor, 
     erase_keys = split(erase) * k  # A: the rows a_i = b_i ⊙ k_i
     b = split(log_decay).cumsum(-2)  # N x chunks x C x M, within each chunk
     gamma = torch.exp(b)
-    position = torch.arange(chunk, device=q.device)
-    lower = intra_chunk_scores(erase_keys, k, b).masked_fill_(position[:, None] <= position, 0.0)  # tril(E, -1)
+    lower = intra_chunk_scores(erase_keys, k, b)  # the solve reads only its part below the diagonal: tril(E, -1)
     last = b[..., -1:, :]  # b_C: N x chunks x 1 x M
     out, state = solve_and_carry(lower, erase_keys * gamma, split(write) * v, q * gamma, intra_chunk_scores(q, k, b),
                                  k * torch.exp(last - b), torch.exp(last).transpose(-1, -2), state)
