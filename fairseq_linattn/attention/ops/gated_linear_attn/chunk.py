@@ -100,33 +100,38 @@ def _causal_decay(b: Tensor) -> Tensor:
 def intra_chunk_scores(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
     """One decay per key dimension: A_ij = Σ_m q_im k_jm exp(b_im - b_jm) for j <= i (N x chunks x C x C; C a
     multiple of ``SUB_CHUNK`` or at most it; also :mod:`..gdn2.chunk`'s, with erase vectors as the queries).
+    ``q`` may carry extra leading dims (several query sets against the same keys: ``G x N x chunks x C x M`` gives
+    ``G x N x chunks x C x C``), so that the keys are weighted once for all of them.
 
     Row block I (the queries of sub-chunk I) is one product against the keys up to its end, both measured
     against r = b at I's first position: q_i exp(b_i - r) <= 1 and, for earlier keys, k_j exp(r - b_j) <= 1.
     The keys of I itself get exp(r - b_j) >= 1, at most exp(the decay inside one sub-chunk): below
     ``FACTOR_LIMIT`` that is exact in floating point; a sub-chunk that decays more than that (gates of about
-    exp(-4) on every one of its steps) gets its weights formed explicitly instead."""
-    n, chunks, c, m = q.shape
+    exp(-4) on every one of its steps) gets its weights formed explicitly instead. Each row block is written into
+    one zero matrix (no padding and concatenation, whose backward would allocate and fill again)."""
+    n, chunks, c, m = k.shape
     s = min(SUB_CHUNK, c)
     subs = c // s
-    qs, ks, bs = (x.view(n, chunks, subs, s, m) for x in (q, k, b))
+    qs = q.view(*q.shape[:-2], subs, s, m)
+    ks, bs = k.view(n, chunks, subs, s, m), b.view(n, chunks, subs, s, m)
     firsts = bs[:, :, :, :1]  # N x chunks x subs x 1 x M
     q_scaled = qs * torch.exp(bs - firsts)
     explicit = bool((firsts - bs[:, :, :, -1:]).max() > FACTOR_LIMIT)
-    mask = torch.ones(s, s, dtype=torch.bool, device=q.device).tril()
-    rows = []
+    future = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+    out = q.new_zeros(*q.shape[:-1], c)
     for i in range(subs):
+        rows = slice(i * s, (i + 1) * s)
         # explicit: I's own keys stay out of the product (their factors may overflow, and a discarded inf
         # column still turns the backward's 0 * inf into NaN)
         width = i if explicit else i + 1
-        keys = ks[:, :, :width] * torch.exp(firsts[:, :, i : i + 1] - bs[:, :, :width])
-        row = torch.matmul(q_scaled[:, :, i], keys.reshape(n, chunks, width * s, m).transpose(-1, -2))
+        if width:
+            keys = ks[:, :, :width] * torch.exp(firsts[:, :, i : i + 1] - bs[:, :, :width])
+            row = torch.matmul(q_scaled[..., i, :, :], keys.reshape(n, chunks, width * s, m).transpose(-1, -2))
+            out[..., rows, : i * s] = row[..., : i * s]
         if explicit:
             diff = (bs[:, :, i].unsqueeze(-2) - bs[:, :, i].unsqueeze(-3)).clamp(max=0)  # s(i) x s(j) x M
-            inside = torch.einsum("...im,...jm,...ijm->...ij", qs[:, :, i], ks[:, :, i], torch.exp(diff))
-            row = torch.cat([row, inside], -1)
-        row = torch.cat([row[..., : i * s], row[..., i * s :].masked_fill(~mask, 0.0)], -1)
-        if i < subs - 1:
-            row = F.pad(row, (0, (subs - 1 - i) * s))
-        rows.append(row)
-    return torch.cat(rows, -2)
+            inside = torch.einsum("...im,...jm,...ijm->...ij", qs[..., i, :, :], ks[:, :, i], torch.exp(diff))
+        else:
+            inside = row[..., i * s :]
+        out[..., rows, rows] = inside.masked_fill(future, 0.0)
+    return out

@@ -85,8 +85,9 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, erase: Tensor, 
     erase_keys = split(erase) * k  # A: the rows a_i = b_i ⊙ k_i
     b = split(log_decay).cumsum(-2)  # N x chunks x C x M, within each chunk
     gamma = torch.exp(b)
-    lower = intra_chunk_scores(erase_keys, k, b)  # the solve reads only its part below the diagonal: tril(E, -1)
+    # both score matrices in one call: the keys are weighted once
+    lower, scores = intra_chunk_scores(torch.stack([erase_keys, q]), k, b)  # lower: the solve reads tril(E, -1)
     last = b[..., -1:, :]  # b_C: N x chunks x 1 x M
-    out, state = solve_and_carry(lower, erase_keys * gamma, split(write) * v, q * gamma, intra_chunk_scores(q, k, b),
+    out, state = solve_and_carry(lower, erase_keys * gamma, split(write) * v, q * gamma, scores,
                                  k * torch.exp(last - b), torch.exp(last).transpose(-1, -2), state)
     return out.flatten(1, 2)[:, :length], state
