@@ -106,9 +106,76 @@ def intra_chunk_scores(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
     Row block I (the queries of sub-chunk I) is one product against the keys up to its end, both measured
     against r = b at I's first position: q_i exp(b_i - r) <= 1 and, for earlier keys, k_j exp(r - b_j) <= 1.
     The keys of I itself get exp(r - b_j) >= 1, at most exp(the decay inside one sub-chunk): below
-    ``FACTOR_LIMIT`` that is exact in floating point; a sub-chunk that decays more than that (gates of about
-    exp(-4) on every one of its steps) gets its weights formed explicitly instead. Each row block is written into
-    one zero matrix (no padding and concatenation, whose backward would allocate and fill again)."""
+    ``FACTOR_LIMIT`` that is exact in floating point, and the backward is written out (:class:`_IntraChunkScores`);
+    a sub-chunk that decays more than that (gates of about exp(-4) on every one of its steps) gets its weights
+    formed explicitly instead, with autograd's backward (:func:`intra_chunk_scores_autograd`)."""
+    s = min(SUB_CHUNK, k.size(-2))
+    bs = b.view(*b.shape[:-2], -1, s, b.size(-1))
+    if bool((bs[..., :1, :] - bs[..., -1:, :]).max() > FACTOR_LIMIT):
+        return intra_chunk_scores_autograd(q, k, b)
+    return _IntraChunkScores.apply(q, k, b)
+
+
+def _row_keys(ks: Tensor, bs: Tensor, firsts: Tensor, i: int) -> Tuple[Tensor, Tensor]:
+    """Row block i's keys (those of sub-chunks 0..i, N x chunks x (i+1) s x M) measured against r = b at its first
+    position, and their factors exp(r - b_j) (N x chunks x (i+1) x s x M)."""
+    factors = torch.exp(firsts[:, :, i : i + 1] - bs[:, :, : i + 1])
+    keys = ks[:, :, : i + 1] * factors
+    return keys.flatten(2, 3), factors
+
+
+class _IntraChunkScores(torch.autograd.Function):
+    """:func:`intra_chunk_scores` without explicit weights, its backward written out: per row block the two
+    products with the same scaled queries and keys as the forward, and the decays' gradient from the identity
+    ∂A_ij/∂b_im = q_im ∂A_ij/∂q_im, ∂A_ij/∂b_jm = -k_jm ∂A_ij/∂k_jm, that is db = Σ q ⊙ dq - k ⊙ dk."""
+
+    @staticmethod
+    def forward(ctx, q, k, b):
+        n, chunks, c, m = k.shape
+        s = min(SUB_CHUNK, c)
+        qs, ks, bs = q.view(*q.shape[:-2], c // s, s, m), k.view(n, chunks, c // s, s, m), b.view(n, chunks, c // s, s, m)
+        firsts = bs[:, :, :, :1]
+        q_scaled = qs * torch.exp(bs - firsts)
+        future = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+        out = q.new_zeros(*q.shape[:-1], c)
+        for i in range(c // s):
+            keys, _ = _row_keys(ks, bs, firsts, i)
+            rows = out[..., i * s : (i + 1) * s, : (i + 1) * s]
+            rows.copy_(torch.matmul(q_scaled[..., i, :, :], keys.transpose(-1, -2)))
+            rows[..., i * s :].masked_fill_(future, 0.0)
+        ctx.save_for_backward(q, k, b)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        q, k, b = ctx.saved_tensors
+        n, chunks, c, m = k.shape
+        s = min(SUB_CHUNK, c)
+        qs, ks, bs = q.view(*q.shape[:-2], c // s, s, m), k.view(n, chunks, c // s, s, m), b.view(n, chunks, c // s, s, m)
+        firsts = bs[:, :, :, :1]
+        q_factors = torch.exp(bs - firsts)
+        q_scaled = qs * q_factors
+        future = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+        d_q_scaled = torch.empty_like(q_scaled)
+        d_k = torch.zeros_like(ks)
+        for i in range(c // s):
+            keys, factors = _row_keys(ks, bs, firsts, i)
+            grad = d_out[..., i * s : (i + 1) * s, : (i + 1) * s].clone()
+            grad[..., i * s :].masked_fill_(future, 0.0)  # the forward's zeros above the diagonal
+            d_q_scaled[..., i, :, :] = torch.matmul(grad, keys)
+            d_keys = torch.matmul(grad.transpose(-1, -2), q_scaled[..., i, :, :]).sum_to_size(keys.shape)
+            d_k[:, :, : i + 1] += d_keys.view_as(factors) * factors
+        d_q = (d_q_scaled * q_factors).view_as(q)
+        d_k = d_k.view_as(k)
+        d_b = (q * d_q).sum_to_size(b.shape) - k * d_k
+        return d_q, d_k, d_b
+
+
+def intra_chunk_scores_autograd(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
+    """:func:`intra_chunk_scores` in autograd operations, weights formed explicitly inside a sub-chunk when its decay
+    is too strong for the factored form: the path for such decays, and the reference the written-out backward is
+    tested against (tests/attention/ops/test_gated_linear_attn.py)."""
     n, chunks, c, m = k.shape
     s = min(SUB_CHUNK, c)
     subs = c // s
