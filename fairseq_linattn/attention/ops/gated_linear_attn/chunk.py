@@ -116,6 +116,16 @@ def intra_chunk_scores(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
     return _IntraChunkScores.apply(q, k, b)
 
 
+def _sub_chunks(q: Tensor, k: Tensor, b: Tensor) -> Tuple[int, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The sub-chunk views of the scores' inputs: (S, q, k, b as ... x subs x S x M, b at each sub-chunk's first
+    position, the S x S mask above the diagonal)."""
+    n, chunks, c, m = k.shape
+    s = min(SUB_CHUNK, c)
+    qs, ks, bs = q.view(*q.shape[:-2], c // s, s, m), k.view(n, chunks, c // s, s, m), b.view(n, chunks, c // s, s, m)
+    future = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+    return s, qs, ks, bs, bs[:, :, :, :1], future
+
+
 def _row_keys(ks: Tensor, bs: Tensor, firsts: Tensor, i: int) -> Tuple[Tensor, Tensor]:
     """Row block i's keys (those of sub-chunks 0..i, N x chunks x (i+1) s x M) measured against r = b at its first
     position, and their factors exp(r - b_j) (N x chunks x (i+1) x s x M)."""
@@ -131,14 +141,10 @@ class _IntraChunkScores(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, b):
-        n, chunks, c, m = k.shape
-        s = min(SUB_CHUNK, c)
-        qs, ks, bs = q.view(*q.shape[:-2], c // s, s, m), k.view(n, chunks, c // s, s, m), b.view(n, chunks, c // s, s, m)
-        firsts = bs[:, :, :, :1]
+        s, qs, ks, bs, firsts, future = _sub_chunks(q, k, b)
         q_scaled = qs * torch.exp(bs - firsts)
-        future = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
-        out = q.new_zeros(*q.shape[:-1], c)
-        for i in range(c // s):
+        out = q.new_zeros(*q.shape[:-1], q.size(-2))
+        for i in range(bs.size(2)):
             keys, _ = _row_keys(ks, bs, firsts, i)
             rows = out[..., i * s : (i + 1) * s, : (i + 1) * s]
             rows.copy_(torch.matmul(q_scaled[..., i, :, :], keys.transpose(-1, -2)))
@@ -150,16 +156,12 @@ class _IntraChunkScores(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out):
         q, k, b = ctx.saved_tensors
-        n, chunks, c, m = k.shape
-        s = min(SUB_CHUNK, c)
-        qs, ks, bs = q.view(*q.shape[:-2], c // s, s, m), k.view(n, chunks, c // s, s, m), b.view(n, chunks, c // s, s, m)
-        firsts = bs[:, :, :, :1]
+        s, qs, ks, bs, firsts, future = _sub_chunks(q, k, b)
         q_factors = torch.exp(bs - firsts)
         q_scaled = qs * q_factors
-        future = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
         d_q_scaled = torch.empty_like(q_scaled)
         d_k = torch.zeros_like(ks)
-        for i in range(c // s):
+        for i in range(bs.size(2)):
             keys, factors = _row_keys(ks, bs, firsts, i)
             grad = d_out[..., i * s : (i + 1) * s, : (i + 1) * s].clone()
             grad[..., i * s :].masked_fill_(future, 0.0)  # the forward's zeros above the diagonal
@@ -177,16 +179,11 @@ def intra_chunk_scores_autograd(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
     is too strong for the factored form: the path for such decays, and the reference the written-out backward is
     tested against (tests/attention/ops/test_gated_linear_attn.py)."""
     n, chunks, c, m = k.shape
-    s = min(SUB_CHUNK, c)
-    subs = c // s
-    qs = q.view(*q.shape[:-2], subs, s, m)
-    ks, bs = k.view(n, chunks, subs, s, m), b.view(n, chunks, subs, s, m)
-    firsts = bs[:, :, :, :1]  # N x chunks x subs x 1 x M
+    s, qs, ks, bs, firsts, future = _sub_chunks(q, k, b)  # firsts: N x chunks x subs x 1 x M
     q_scaled = qs * torch.exp(bs - firsts)
     explicit = bool((firsts - bs[:, :, :, -1:]).max() > FACTOR_LIMIT)
-    future = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
     out = q.new_zeros(*q.shape[:-1], c)
-    for i in range(subs):
+    for i in range(c // s):
         rows = slice(i * s, (i + 1) * s)
         # explicit: I's own keys stay out of the product (their factors may overflow, and a discarded inf
         # column still turns the backward's 0 * inf into NaN)
