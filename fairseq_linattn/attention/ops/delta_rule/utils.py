@@ -51,8 +51,7 @@ def solve_and_carry(lower: Tensor, erase_keys: Tensor, values: Tensor, q_carried
     ``state_decay``: N x chunks x (1 or M) x 1, or None for no decay. Returns (O: N x chunks x C x D, the final
     state). The backward is written out (:class:`_SolveAndCarry`); :func:`solve_and_carry_autograd` is the same
     forward left to autograd, its reference."""
-    decay = lower.new_ones(()) if state_decay is None else state_decay
-    return _SolveAndCarry.apply(lower, erase_keys, values, q_carried, scores, k_into_state, decay, state)
+    return _SolveAndCarry.apply(lower, erase_keys, values, q_carried, scores, k_into_state, state_decay, state)
 
 
 def _unit_lower_inverse(lower: Tensor) -> Tensor:
@@ -82,7 +81,7 @@ class _SolveAndCarry(torch.autograd.Function):
         for c in range(u.size(1)):
             entering[:, c] = state
             u_hat[:, c] = torch.baddbmm(u[:, c], w[:, c], state, alpha=-1)  # Û = U - W S_0
-            carried = state if decay.dim() == 0 else state * decay[:, c]
+            carried = state if decay is None else state * decay[:, c]
             state = torch.baddbmm(carried, k_into_state[:, c].transpose(1, 2), u_hat[:, c])
         out = torch.matmul(q_carried, entering) + torch.matmul(scores, u_hat)
         ctx.save_for_backward(inverse, w, u, q_carried, scores, k_into_state, decay, entering, u_hat)
@@ -100,13 +99,13 @@ class _SolveAndCarry(torch.autograd.Function):
             leaving[:, c] = d_s
             d_u_c = torch.baddbmm(d_u_hat[:, c], k_into_state[:, c], d_s)
             d_u_hat[:, c] = d_u_c
-            carried = d_s if decay.dim() == 0 else d_s * decay[:, c]
+            carried = d_s if decay is None else d_s * decay[:, c]
             d_s = torch.baddbmm(d_entering[:, c] + carried, w[:, c].transpose(1, 2), d_u_c, alpha=-1)
         d_q = torch.matmul(d_out, entering.transpose(-1, -2))
         d_scores = torch.matmul(d_out, u_hat.transpose(-1, -2))
         d_k = torch.matmul(u_hat, leaving.transpose(-1, -2))
         d_decay = None
-        if decay.dim() > 0:
+        if decay is not None:
             d_decay = (entering * leaving).sum(-1, keepdim=True)
             if decay.size(-2) == 1:
                 d_decay = d_decay.sum(-2, keepdim=True)

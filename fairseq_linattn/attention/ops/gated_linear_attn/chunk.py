@@ -109,11 +109,16 @@ def intra_chunk_scores(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
     ``FACTOR_LIMIT`` that is exact in floating point, and the backward is written out (:class:`_IntraChunkScores`);
     a sub-chunk that decays more than that (gates of about exp(-4) on every one of its steps) gets its weights
     formed explicitly instead, with autograd's backward (:func:`intra_chunk_scores_autograd`)."""
-    s = min(SUB_CHUNK, k.size(-2))
-    bs = b.view(*b.shape[:-2], -1, s, b.size(-1))
-    if bool((bs[..., :1, :] - bs[..., -1:, :]).max() > FACTOR_LIMIT):
-        return intra_chunk_scores_autograd(q, k, b)
+    if _decays_too_fast(b):
+        return intra_chunk_scores_autograd(q, k, b, explicit=True)
     return _IntraChunkScores.apply(q, k, b)
+
+
+def _decays_too_fast(b: Tensor) -> bool:
+    """Whether some sub-chunk of the cumulative log decays ``b`` (N x chunks x C x M) decays by more than
+    ``FACTOR_LIMIT``: its scores must then be formed explicitly (one host sync)."""
+    bs = b.unflatten(-2, (-1, min(SUB_CHUNK, b.size(-2))))
+    return bool((bs[..., 0, :] - bs[..., -1, :]).max() > FACTOR_LIMIT)
 
 
 def _sub_chunks(q: Tensor, k: Tensor, b: Tensor) -> Tuple[int, Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -122,8 +127,12 @@ def _sub_chunks(q: Tensor, k: Tensor, b: Tensor) -> Tuple[int, Tensor, Tensor, T
     n, chunks, c, m = k.shape
     s = min(SUB_CHUNK, c)
     qs, ks, bs = q.view(*q.shape[:-2], c // s, s, m), k.view(n, chunks, c // s, s, m), b.view(n, chunks, c // s, s, m)
-    future = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
-    return s, qs, ks, bs, bs[:, :, :, :1], future
+    return s, qs, ks, bs, bs[:, :, :, :1], _above_diagonal(s, q.device)
+
+
+def _above_diagonal(size: int, device) -> Tensor:
+    """size x size, True above the diagonal: the future a causal score must not see."""
+    return torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
 
 
 def _row_keys(ks: Tensor, bs: Tensor, firsts: Tensor, i: int) -> Tuple[Tensor, Tensor]:
@@ -163,8 +172,9 @@ class _IntraChunkScores(torch.autograd.Function):
         d_k = torch.zeros_like(ks)
         for i in range(bs.size(2)):
             keys, factors = _row_keys(ks, bs, firsts, i)
+            # the row block, contiguous (a copy), with the forward's zeros above the diagonal
             grad = d_out[..., i * s : (i + 1) * s, : (i + 1) * s].clone()
-            grad[..., i * s :].masked_fill_(future, 0.0)  # the forward's zeros above the diagonal
+            grad[..., i * s :].masked_fill_(future, 0.0)
             d_q_scaled[..., i, :, :] = torch.matmul(grad, keys)
             d_keys = torch.matmul(grad.transpose(-1, -2), q_scaled[..., i, :, :]).sum_to_size(keys.shape)
             d_k[:, :, : i + 1] += d_keys.view_as(factors) * factors
@@ -174,14 +184,15 @@ class _IntraChunkScores(torch.autograd.Function):
         return d_q, d_k, d_b
 
 
-def intra_chunk_scores_autograd(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
+def intra_chunk_scores_autograd(q: Tensor, k: Tensor, b: Tensor, explicit: Optional[bool] = None) -> Tensor:
     """:func:`intra_chunk_scores` in autograd operations, weights formed explicitly inside a sub-chunk when its decay
     is too strong for the factored form: the path for such decays, and the reference the written-out backward is
-    tested against (tests/attention/ops/test_gated_linear_attn.py)."""
+    tested against (tests/attention/ops/test_gated_linear_attn.py). ``explicit``: whether to (None: as
+    :func:`_decays_too_fast` says)."""
     n, chunks, c, m = k.shape
     s, qs, ks, bs, firsts, future = _sub_chunks(q, k, b)  # firsts: N x chunks x subs x 1 x M
     q_scaled = qs * torch.exp(bs - firsts)
-    explicit = bool((firsts - bs[:, :, :, -1:]).max() > FACTOR_LIMIT)
+    explicit = _decays_too_fast(b) if explicit is None else explicit
     out = q.new_zeros(*q.shape[:-1], c)
     for i in range(c // s):
         rows = slice(i * s, (i + 1) * s)
