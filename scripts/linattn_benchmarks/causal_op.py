@@ -22,7 +22,7 @@ from fairseq_linattn.attention.ops.linear_attn import causal_linear_attention, c
 
 from .machine import machine_line
 from .report import fmt_x, log_axes, md_table, pyplot, titled
-from .runner import Benchmark, entry_point, measured, parse_ints
+from .runner import Benchmark, entry_point, measured, positive_ints
 
 METHODS = ["ours", "reference", "sdpa", "fast_transformers"]
 LABELS = {
@@ -112,14 +112,14 @@ class CausalOpBenchmark(Benchmark):
     memory_worker = staticmethod(memory_worker)
 
     def add_args(self, parser):
-        parser.add_argument("--lengths", default="1024,2048,4096,8192,16384")
+        parser.add_argument("--lengths", type=positive_ints, default="1024,2048,4096,8192,16384")
         parser.add_argument("--batch", type=int, default=1)
         parser.add_argument("--heads", type=int, default=8)
         parser.add_argument("--head-dim", type=int, default=64)
         parser.add_argument("--reference-max-length", type=int, default=4096)
 
     def points(self, args):
-        return [{"n": n} for n in parse_ints(args.lengths)]
+        return [{"n": n} for n in args.lengths]
 
     def cases(self, args, point, history):
         n, inputs = point["n"], make_inputs(point["n"], vars(args))

@@ -30,7 +30,7 @@ from fairseq_linattn.models.standalone import DictionaryTask, build_model
 from . import swaps
 from .machine import machine_line
 from .report import fmt_bytes, fmt_ms, fmt_x, log_axes, md_table, pyplot, titled
-from .runner import Benchmark, Timed, entry_point, measured, parse_ints
+from .runner import Benchmark, Timed, entry_point, measured, positive_ints
 
 TARGET = {"flat_until": 2048, "position": 2048, "speedup": 3.0}
 CASES = ["transformer_lm", "linear", "projections only"]
@@ -132,19 +132,19 @@ class DecodingBenchmark(Benchmark):
     timing_defaults = dict(warmup=3, repeats=40, budget=1.5)
 
     def add_args(self, parser):
-        parser.add_argument("--positions", default="16,64,256,1024,2048,4096,8192,16384")
-        parser.add_argument("--batches", default="1,8", help="batch sizes (8: beam-like)")
+        parser.add_argument("--positions", type=positive_ints, default="16,64,256,1024,2048,4096,8192,16384")
+        parser.add_argument("--batches", type=positive_ints, default="1,8", help="batch sizes (8: beam-like)")
         parser.add_argument("--vocab", type=int, default=100)
 
     def points(self, args):
-        positions = parse_ints(args.positions)
+        positions = args.positions
         task = DictionaryTask(args.vocab, max(positions) + 8)
         self.models = {case: build_lm(case, task, max_positions=max(positions) + 8) for case in CASES}
         self.generator = torch.Generator().manual_seed(0)
         self.tokens = torch.randint(4, 4 + args.vocab, (1, max(positions) + 1), generator=self.generator)
         # causal: the layer inputs of the longest prefix give those of every shorter one
         self.prefix_inputs = capture_layer_inputs(self.models["linear"], self.tokens[:, : max(positions)])
-        return [{"batch": b, "position": p} for b in parse_ints(args.batches) for p in positions]
+        return [{"batch": b, "position": p} for b in args.batches for p in positions]
 
     def cases(self, args, point, history):
         batch, p, models = point["batch"], point["position"], self.models

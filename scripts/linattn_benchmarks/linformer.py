@@ -36,7 +36,7 @@ from . import swaps
 from .machine import machine_line
 from .measure import peak_memory, profile_call
 from .report import fmt_mb, fmt_ms, fmt_x, log_axes, md_table, profile_section, pyplot, titled
-from .runner import Benchmark, entry_point, measured, parse_ints, predicted
+from .runner import Benchmark, entry_point, measured, positive_ints, positive_ints_or_none, predicted
 
 QUERY_OUTPUT = "q+out projections"
 SWAPS = {"sdpa": swaps.as_softmax_attention, "none": swaps.as_zero_attention,
@@ -124,9 +124,11 @@ class LinformerBenchmark(Benchmark):
     memory_worker = staticmethod(memory_worker)
 
     def add_args(self, parser):
-        parser.add_argument("--lengths", default="512,1024,2048,4096,8192,16384", help="sequence lengths n")
-        parser.add_argument("--ks", default="128,256,512,1024,2048", help="compressed lengths k (only k < n)")
-        parser.add_argument("--example-ks", default="128",
+        parser.add_argument("--lengths", type=positive_ints, default="512,1024,2048,4096,8192,16384",
+                            help="sequence lengths n")
+        parser.add_argument("--ks", type=positive_ints, default="128,256,512,1024,2048",
+                            help="compressed lengths k (only k < n)")
+        parser.add_argument("--example-ks", type=positive_ints_or_none, default="128",
                             help="k values for which fairseq's examples/linformer attention is measured too ('' for "
                                  "none)")
         parser.add_argument("--layers", type=int, default=2)
@@ -134,16 +136,16 @@ class LinformerBenchmark(Benchmark):
         parser.add_argument("--no-profile", action="store_true", help="skip the torch.profiler breakdown")
 
     def points(self, args):
-        return [{"n": n} for n in parse_ints(args.lengths)]
+        return [{"n": n} for n in args.lengths]
 
     def cases(self, args, point, history):
         n = point["n"]
-        example_ks = parse_ints(args.example_ks) if fairseq_example_attention_class() is not None else []
+        example_ks = args.example_ks if fairseq_example_attention_class() is not None else []
         base = build_case("fairseq", n, args.vocab, args.layers)
         models = {"fairseq": base}
         for name, swap in SWAPS.items():  # RoBERTa's weights, another attention
             models[name] = swaps.swap_attention(copy.deepcopy(base), swap).eval()
-        for kind, ks in (("linformer", parse_ints(args.ks)), ("example", example_ks)):
+        for kind, ks in (("linformer", args.ks), ("example", example_ks)):
             for k in ks:
                 if k < n:
                     models[case_name(kind, k)] = build_case(case_name(kind, k), n, args.vocab, args.layers)

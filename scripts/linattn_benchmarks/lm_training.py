@@ -31,7 +31,7 @@ from . import swaps
 from .machine import machine_line, mem_info
 from .measure import peak_memory, profile_call
 from .report import fmt_mb, fmt_ms, fmt_x, log_axes, md_table, profile_section, pyplot, titled
-from .runner import Benchmark, entry_point, parse_ints, predicted
+from .runner import Benchmark, entry_point, positive_ints, predicted
 
 TARGET = {"n": 4096, "speedup": 3.0, "ceiling_hint": 4.3}
 CASES = ["transformer_lm", "linear", "naive cumsum", "projections only", "none"]
@@ -135,7 +135,7 @@ class LmTrainingBenchmark(Benchmark):
     memory_worker = staticmethod(memory_worker)
 
     def add_args(self, parser):
-        parser.add_argument("--lengths", default="1024,2048,4096,8192,16384")
+        parser.add_argument("--lengths", type=positive_ints, default="1024,2048,4096,8192,16384")
         parser.add_argument("--layers", type=int, default=2)
         parser.add_argument("--dim", type=int, default=512)
         parser.add_argument("--heads", type=int, default=8)
@@ -150,7 +150,7 @@ class LmTrainingBenchmark(Benchmark):
                             help="skip a case predicted to need more than this fraction of the available memory")
 
     def points(self, args):
-        return [{"n": n} for n in parse_ints(args.lengths)]
+        return [{"n": n} for n in args.lengths]
 
     def skip_reason(self, args, case, n, history):
         cfg = config(vars(args))

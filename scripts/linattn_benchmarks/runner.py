@@ -127,11 +127,6 @@ def parse_args(benchmark: Benchmark, argv: Optional[List[str]] = None) -> argpar
     return args
 
 
-def parse_ints(text) -> List[int]:
-    """"1024,4096" -> [1024, 4096]"""
-    return [int(x) for x in str(text).split(",") if x]
-
-
 def positive_list(kind: type, what: str, example: str):
     """An argparse ``type``: comma-separated values of ``kind``, each > 0 (e.g. "1,2,4" -> [1, 2, 4]); anything
     else is argparse's one-line error."""
@@ -167,6 +162,11 @@ def names_among(known) -> Callable[[str], List[str]]:
 
 positive_ints = positive_list(int, "whole numbers >= 1", "1,2,4")
 positive_floats = positive_list(float, "numbers > 0", "5e-4,2e-3")
+
+
+def positive_ints_or_none(text) -> List[int]:
+    """:data:`positive_ints`, or an empty list for '' (none)."""
+    return positive_ints(text) if str(text).strip() else []
 
 
 def positive_int(text) -> int:
