@@ -256,6 +256,15 @@ class KernelOptions(MechanismOptions):
         """The mechanisms of --linear-attention in layer order (one name: every layer's)."""
         return [ALIASES.get(name, name) for name in str(self.linear_attention).split(",")]
 
+    def check_depth(self, layers: int, side: str = "decoder"):
+        """A layout is repeated (cycled) to the depth; a depth shorter than the layout would silently drop its last
+        mechanisms (gated-delta,gated-delta,gated-delta,softmax on 2 layers has no softmax)."""
+        layout = self.layout()
+        if int(layers) < len(layout):
+            raise ValueError(f"--linear-attention {self.linear_attention} lists {len(layout)} layers but --{side}-layers "
+                             f"is {layers}, so its last {len(layout) - int(layers)} would never be built: give at least "
+                             f"{len(layout)} layers, or a layout of at most {layers}")
+
     # the papers' models: Katharopoulos et al.'s kernel attention has neither; the others have both
     BARE_MECHANISMS = (KERNEL_ATTENTION,)
 

@@ -125,6 +125,9 @@ def command_line_problem(args):
             width, heads = (getattr(probe, f"{stack.side}_{name}", None) for name in ("embed_dim", "attention_heads"))
             if width is not None and heads is not None:
                 check_heads(int(width), int(heads), stack.side)
+            layers = getattr(probe, f"{stack.side}_layers", None)
+            if layers is not None and hasattr(options, "check_depth"):
+                options.check_depth(layers, stack.side)
         except ValueError as error:
             return str(error)
         except (TypeError, KeyError):  # a value only the model's build knows: it checks them there

@@ -98,8 +98,15 @@ PAST_LENGTH = {f"{name}-nopos": (name, ["--no-token-positional-embeddings"]) for
 PAST_LENGTH["gated-delta-nopos-carried"] = ("gated-delta", ["--no-token-positional-embeddings", "--train-state", "carried"])
 LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", mechanism, *extra])
                   for name, (mechanism, extra) in {**BARE, **PAST_LENGTH}.items()})
-# the models whose FFN pays for the output gate
-OUTPUT_GATED = (SOFTMAX_CONV_GATE, LINEAR_CONV_GATE, *GATED_MECHANISMS, *PAST_LENGTH)
+# hybrid stacks (Qwen3-Next, Kimi Linear: three recurrent layers to one softmax), the softmax layer full or a sliding
+# window of 64 tokens (n/4 at the default scale); a layout is repeated to the depth: give them 4k layers (--layers 4)
+HYBRIDS = {f"hybrid-{name}": ("linear_transformer_lm", ["--linear-attention", ",".join([name] * 3 + ["softmax"])])
+           for name in ("gated-delta", "kda")}
+HYBRIDS["hybrid-gated-delta-window64"] = ("linear_transformer_lm",
+                                          [*HYBRIDS["hybrid-gated-delta"][1], "--softmax-window", "64"])
+LM_MODELS.update(HYBRIDS)
+# the models whose FFN pays for the output gate (every layer of a hybrid has one, its softmax layer too)
+OUTPUT_GATED = (SOFTMAX_CONV_GATE, LINEAR_CONV_GATE, *GATED_MECHANISMS, *PAST_LENGTH, *HYBRIDS)
 MECHANISM_MODELS = (SOFTMAX_LM, SOFTMAX_CONV_GATE, LINEAR_LM, LINEAR_CONV_GATE, *GATED_MECHANISMS)
 
 
@@ -326,11 +333,14 @@ class QualityBenchmark(Study):
                             help="the Linformer length part's n, comma-separated (default: the scale's)")
         parser.add_argument("--fixed-k", type=positive_int, default=None,
                             help="the Linformer length part's k at every n (default: the scale's)")
+        parser.add_argument("--layers", type=positive_int, default=None,
+                            help="every model's layers (default: the scale's; the hybrids' layout needs a multiple of 4)")
 
     @staticmethod
     def scale(args) -> Scale:
         scale = replace(SCALES["quick" if args.quick else args.scale], seed=args.seed)
-        return replace(scale, lengths=tuple(args.lengths or scale.lengths), fixed_k=args.fixed_k or scale.fixed_k)
+        return replace(scale, lengths=tuple(args.lengths or scale.lengths), fixed_k=args.fixed_k or scale.fixed_k,
+                       layers=args.layers or scale.layers)
 
     def problem(self, args) -> str:
         s = self.scale(args)
@@ -427,7 +437,13 @@ class MechanismQualityBenchmark(QualityBenchmark):
         parser.set_defaults(only=self.PARTS, work_dir=str(Path(ROOT) / "runs" / "quality_mechanisms"))
         parser.add_argument("--models", type=names_among(LM_MODELS), default=None,
                             help=f"comma-separated, transformer_lm always first (default: {', '.join(MECHANISM_MODELS)}; "
-                                 f"also {', '.join([*BARE, *PAST_LENGTH])})")
+                                 f"also {', '.join([*BARE, *PAST_LENGTH, *HYBRIDS])})")
+
+    def problem(self, args) -> str:
+        hybrids, layers = [m for m in args.models or () if m in HYBRIDS], self.scale(args).layers
+        if hybrids and layers % 4:
+            return f"--models {hybrids[0]} is a 3:1 layout and the scale has {layers} layers: add --layers 4 (or 8, ...)"
+        return super().problem(args)
 
     def measure(self, args, data):
         if args.models:

@@ -27,6 +27,8 @@ def parse_error(monkeypatch, capsys, make_parser, *argv):
      "--feature-map relu only applies to --linear-attention kernel"),
     ("linear_transformer_lm", ["--train-state", "carried"], "--train-state carried carries a recurrent state"),
     ("linear_transformer_lm", ["--criterion", "attention_transfer"], "the feature map has no weights to train"),
+    ("linear_transformer_lm", ["--linear-attention", "gated-delta,gated-delta,gated-delta,softmax", "--decoder-layers",
+                               "2"], "lists 4 layers but --decoder-layers is 2, so its last 2 would never be built"),
     ("linformer_roberta_base", ["--compressed", "0"], "--compressed is n/k and must be in [1, --max-positions"),
     ("linear_roberta_base", ["--encoder-attention-heads", "5"], "--encoder-attention-heads 5 must divide"),
 ])
@@ -43,6 +45,7 @@ def test_our_attention_options_are_checked_when_the_command_line_is_parsed(monke
       "--feature-map", "relu"], "--feature-map relu is kernel attention's, and no role uses it here"),
     (["--decay-init", "long"], "--decay-init long only applies to Mamba-2's decay"),
     (["--encoder-attention", "linformer"], "argument --encoder-attention: invalid choice: 'linformer'"),
+    (["--linear-attention", "gated-delta,softmax", "--decoder-layers", "1"], "give at least 2 layers"),
 ])
 def test_translation_roles_are_checked_at_start_up(monkeypatch, capsys, tmp_path, flags, message):
     """linear_transformer takes its attention per role (--encoder-attention, --linear-attention for the decoder,
