@@ -335,12 +335,17 @@ class QualityBenchmark(Study):
                             help="the Linformer length part's k at every n (default: the scale's)")
         parser.add_argument("--layers", type=positive_int, default=None,
                             help="every model's layers (default: the scale's; the hybrids' layout needs a multiple of 4)")
+        parser.add_argument("--extrapolation", type=positive_int, default=None,
+                            help="the extrapolation part evaluates over this many training lengths (default: the "
+                                 "scale's, 4); perplexity by position in ranges of n/2")
 
     @staticmethod
     def scale(args) -> Scale:
         scale = replace(SCALES["quick" if args.quick else args.scale], seed=args.seed)
         return replace(scale, lengths=tuple(args.lengths or scale.lengths), fixed_k=args.fixed_k or scale.fixed_k,
-                       layers=args.layers or scale.layers)
+                       layers=args.layers or scale.layers, extrapolation=args.extrapolation or scale.extrapolation,
+                       # ranges of n/2 positions at any length, as the default 4x in 8
+                       buckets=2 * args.extrapolation if args.extrapolation else scale.buckets)
 
     def problem(self, args) -> str:
         s = self.scale(args)
@@ -475,10 +480,11 @@ class MechanismQualityBenchmark(QualityBenchmark):
         return rows
 
     def render(self, data):
-        dim = data["study"]["scale"]["dim"]
+        scale = data["study"]["scale"]
+        dim, gated = scale["dim"], [name for name in data["study"].get("lm", OUTPUT_GATED) if name in OUTPUT_GATED]
         markdown, verdicts = render(
             data, "linear attentions with decay, gates and the delta rule beside softmax",
-            f" ({4 * dim - dim // 2} for {', '.join(OUTPUT_GATED)}: their output gate's d x d weights are paid for "
+            f" ({4 * dim - dim // 2} for {', '.join(gated)}: their output gate's d x d weights are paid for "
             "by a narrower FFN, so that every model has about the same parameters)")
         rows = self.flatness(data["study"])
         if rows:
@@ -487,8 +493,8 @@ class MechanismQualityBenchmark(QualityBenchmark):
                 "worst range past n over the best range inside it (moves with the text too: the best inside range has "
                 "the most context), and the worst range past n over the same model's sliding window on the same tokens "
                 "(the model within its training length: only the carried state differs):", "",
-                md_table(["model", "test perplexity", "vs transformer_lm", "4x n, state carried", "worst past n / best "
-                          "inside", "worst past n / own sliding window"],
+                md_table(["model", "test perplexity", "vs transformer_lm", f"{scale['extrapolation']}x n, state carried",
+                          "worst past n / best inside", "worst past n / own sliding window"],
                          [[r["name"], _fmt(r["ppl"]), f"{r['ratio']:.3f}x", _fmt(r["carried"]), f"{r['vs_inside']:.3f}x",
                            f"{r['vs_window']:.3f}x"] for r in rows])])
         return markdown, verdicts + [self.goal(r) for r in rows]

@@ -14,7 +14,7 @@ from linattn_benchmarks.fairseq_runs import (
     seconds_per_update,
     valid_curve,
 )
-from linattn_benchmarks.quality import GATED_MECHANISMS, QualityBenchmark
+from linattn_benchmarks.quality import GATED_MECHANISMS, MechanismQualityBenchmark, QualityBenchmark
 from linattn_benchmarks.runner import ROOT, parse_args
 
 TRAIN_LOG = """\
@@ -34,6 +34,18 @@ def test_the_length_part_takes_its_n_and_k_from_the_command_line(capsys):
     with pytest.raises(SystemExit):  # k at or above an n compresses nothing: one argparse error line
         parse_args(QualityBenchmark(), ["--lengths", "128,256", "--fixed-k", "128"])
     assert "error: --fixed-k 128 is not below n = 128" in capsys.readouterr().err
+
+
+def test_the_mechanism_study_takes_depth_length_and_hybrids_from_the_command_line(capsys):
+    args = parse_args(MechanismQualityBenchmark(), ["--layers", "4", "--extrapolation", "8", "--models",
+                                                    "gated-delta,hybrid-kda,hybrid-gated-delta-window64"])
+    scale = MechanismQualityBenchmark.scale(args)
+    assert (scale.layers, scale.extrapolation, scale.buckets, scale.dim) == (4, 8, 16, 128)  # ranges of n/2
+    assert MechanismQualityBenchmark.scale(parse_args(MechanismQualityBenchmark(), [])).buckets == 8
+    with pytest.raises(SystemExit):  # a 3:1 layout on the default 2 layers would have no softmax layer
+        parse_args(MechanismQualityBenchmark(), ["--models", "hybrid-kda"])
+    assert "error: --models hybrid-kda is a 3:1 layout and the scale has 2 layers: add --layers 4" in (
+        capsys.readouterr().err)
 
 
 def test_logs_read_back():
