@@ -8,6 +8,7 @@ directly-built state, must equal those of the token-by-token route (and the full
 import pytest
 import torch
 from linattn_benchmarks import decoding as bd
+from linattn_benchmarks import hybrid_decoding as hd
 from linattn_benchmarks import swaps
 
 from fairseq_linattn.attention import KernelAttention
@@ -127,3 +128,40 @@ def test_projections_only_floor_does_the_projections_of_the_model_it_replaces():
         full = floor.decoder(tokens)[0]
     # no state: each position sees only itself, token by token exactly as in one pass
     assert torch.allclose(torch.stack(incremental, 1), full, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["hybrid", "hybrid, window 8"])
+def test_hybrid_states_built_directly(case):
+    """bench_hybrid_decoding's states: each layer's prompt mode (recurrent states, convolution caches, the softmax
+    layer's keys and values, a window's last W) equals what token-by-token decoding keeps, and a step from it gives
+    the same logits; lengthened to a position, the softmax layer holds that many keys (a window: W)."""
+    task = DictionaryTask(40, 64)
+    model = hd.build(hd.cases_for(8)[case], task, dict(SMALL, layers=4), 64)
+    tokens = torch.randint(4, 44, (2, P + 1))
+    logits, decoded = decode_token_by_token(model, tokens, P + 1)
+    built = hd.prompt_buffers(model, bd.capture_layer_inputs(model, tokens[:, :P]))
+    for ours, theirs in zip(built, decoded):
+        assert set(ours) == set(theirs)
+        for key in ours:
+            torch.testing.assert_close(ours[key], theirs[key], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(step_from(model, built, tokens), logits[P], rtol=1e-4, atol=1e-5)
+    kept = 8 if "window" in case else 50
+    longer = hd.lengthened(model, built, 50, torch.Generator().manual_seed(0))
+    assert [b["prev_key"].size(2) for b in longer if "prev_key" in b] == [kept]
+    assert hd.state_bytes(longer) - hd.state_bytes(built) == 2 * 2 * SMALL["dim"] * 4 * (kept - min(kept, P)) + 2 * (
+        kept - min(kept, P))  # keys and values (fp32) and the padding flags (bool) of the added positions
+
+
+@pytest.mark.slow
+def test_quick_hybrid_decoding_benchmark_writes_its_table(tmp_path):
+    """scripts/bench_hybrid_decoding.py --quick: every case at every position, the state column from the built
+    buffers (transformer_lm's cache grows with the position, the recurrent stack's does not), table and plot."""
+    from linattn_benchmarks.runner import run
+
+    data = run(hd.HybridDecodingBenchmark(), ["--quick", "--out", str(tmp_path), "--threads", "1"])
+    states = {s["position"]: s for s in data["state_bytes"]}
+    assert states[256]["transformer_lm"] == 4 * states[64]["transformer_lm"]
+    assert states[256]["gated-delta"] == states[64]["gated-delta"]
+    assert states[64]["gated-delta"] < states[64]["hybrid, window 32"] < states[64]["hybrid"] < states[64]["transformer_lm"]
+    table = (tmp_path / "bench_hybrid_decoding.md").read_text()
+    assert "| hybrid kda |" in table and (tmp_path / "bench_hybrid_decoding.png").stat().st_size > 10_000
