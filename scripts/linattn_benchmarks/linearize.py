@@ -9,22 +9,35 @@ the finetune alone for the largest budget (the transfer ablated), and the same l
 scratch for the parent's whole budget. Every number is fairseq-eval-lm's test perplexity (the quality study's
 context window), through the real command lines.
 
+``--family transformer`` linearizes the translation study's softmax ``transformer`` (bench_translation's parent,
+trained here or taken from a bench_translation work folder with ``--parent-work``) into ``linear_transformer`` with
+a softmax encoder, a gated-delta decoder and softmax cross-attention (the configuration of results/translation*):
+converted, then finetuned with the parent's own flags and learning rate (polynomial decay) for each budget, and
+scored as bench_translation scores (beam 5, detokenised, sacrebleu's BLEU and chrF) beside the parent and the same
+configuration trained from scratch for the parent's budget (results/linearize_transformer.*). There is no attention
+transfer: the gated-delta layers have no softmax counterpart to imitate, and the other attentions stay softmax.
+
 ``--family roberta`` does the same for the study's masked-LM RoBERTa (``linear_roberta`` children, attention
 transfer and finetune on the masked-LM task) and scores every row twice: masked-LM test perplexity
 (fairseq-validate), and dev accuracy after the study's docstring-classification finetune, which every row gets
 alike, the parent too (results/linearize_roberta.*).
 """
+import re
+import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List
 
-from .fairseq_runs import fairseq, say
+from . import translation
+from .fairseq_runs import USER_DIR, fairseq, parameter_count, say, valid_curve
 from .machine import machine_line
 from .quality import SOFTMAX_LM, Quality, QualityBenchmark, _fmt
 from .report import md_table, pyplot, titled
-from .runner import ROOT, entry_point, positive_list
+from .runner import ROOT, entry_point, positive_int, positive_list
 
 FEATURE_MAPS = ("hedgehog", "t2r")
-FAMILIES = ("transformer_lm", "roberta")
+FAMILIES = ("transformer_lm", "roberta", "transformer")
+TRANSLATION_CHILD = "softmax-enc+gated-delta+softmax-cross"  # bench_translation's name of the child configuration
 ROBERTA_CHILD = "linear_roberta_base"
 TRANSFER_LR = 1e-2  # only the feature maps train: a map starts as a fixed one and has far to go
 FINETUNE_LR_SHARE = 1 / 3  # of the parent's learning rate: every weight trains, most of them already trained
@@ -42,14 +55,88 @@ class LinearizeBenchmark(QualityBenchmark):
         parser.add_argument("--budgets", type=positive_list(int, "percentages of the parent's updates", "5,10"),
                             default=[5, 10], help="the children's updates, in percent of the parent's (default 5,10)")
         parser.add_argument("--family", choices=FAMILIES, default="transformer_lm",
-                            help="the parent: the quality study's transformer_lm (results/linearize.*) or its "
-                                 "masked-LM roberta, also scored on classification (results/linearize_roberta.*)")
+                            help="the parent: the quality study's transformer_lm (results/linearize.*), its masked-LM "
+                                 "roberta, also scored on classification (results/linearize_roberta.*), or the "
+                                 "translation study's transformer (results/linearize_transformer.*)")
+        parser.add_argument("--parent-work", type=existing_translation_work,
+                            help=f"--family transformer: a bench_translation work folder (.../default) whose softmax "
+                                 f"and {TRANSLATION_CHILD} checkpoints are the parent and the from-scratch row (default: "
+                                 "train both here, --updates each)")
+        parser.add_argument("--updates", type=positive_int, default=None,
+                            help="--family transformer without --parent-work: the parent's updates (default: the "
+                                 "translation study's)")
+
+    def problem(self, args) -> str:
+        if args.family != "transformer" and (args.parent_work or args.updates):
+            return "--parent-work and --updates are --family transformer's (the others train their parent here)"
+        if args.parent_work and args.updates:
+            return "--updates is the budget of a parent trained here: with --parent-work the parent's own is used"
+        return super().problem(args)
 
     def measure(self, args, data):
         self.feature_map, self.budgets, self.family = args.feature_map, sorted(args.budgets), args.family
-        if self.family == "roberta":
-            self.name = "linearize_roberta"
+        if self.family != "transformer_lm":
+            self.name = f"linearize_{self.family}"
+        if self.family == "transformer":
+            data["study"] = self.linearize_transformer(args)
+            data["results"] = [{"case": "linearize"}]
+            return
         super().measure(args, data)
+
+    def linearize_transformer(self, args) -> Dict:
+        """The translation parent, its children after each budget, and the child's configuration from scratch."""
+        scale = translation.SCALES["quick" if args.quick else "default"]
+        work = Path(args.work_dir) / ("quick" if args.quick else "transformer")
+        if work.exists():
+            shutil.rmtree(work)
+        (work / "logs").mkdir(parents=True)
+        if args.parent_work:
+            trained, data_bin = Path(args.parent_work), Path(args.parent_work) / "data-bin"
+        else:
+            trained, data_bin = work, work / "data-bin"
+            scale = replace(scale, updates=args.updates or scale.updates, seed=args.seed)
+            translation.prepare_translation_data(data_bin, scale.vocab, translation.LOCALE_DIRS, min_pairs=scale.min_pairs)
+            for name in (translation.SOFTMAX, TRANSLATION_CHILD):
+                arch, extra = translation.MODELS[name]
+                translation.TranslationBenchmark().train_and_score(work, data_bin, scale, name, arch, extra)
+        parent_path = trained / "checkpoints" / translation.SOFTMAX / "checkpoint_best.pt"
+        parent = parent_training(parent_path)
+        beam = max(scale.beams)
+
+        def scored(checkpoint: Path, tag: str, updates: int, log: str = "") -> Dict:
+            score = translation.bleu(work, data_bin, checkpoint, tag, beam, scale.device)
+            row = {"BLEU": score["BLEU"]["score"], "chrF": score["chrF2"]["score"], "updates": updates,
+                   "signatures": {m: score[m]["signature"] for m in ("BLEU", "chrF2")}}
+            if log:
+                row.update(params=parameter_count(log), curve=valid_curve(log))
+            say(f"   {tag}: BLEU {row['BLEU']:.2f}, chrF {row['chrF']:.2f} after {updates} updates", "linearize")
+            return row
+
+        def logged(name: str) -> str:  # its training log (parameters, curve), if the work folder kept it
+            log = trained / "logs" / f"train-{name}.log"
+            return log.read_text() if log.exists() else ""
+
+        rows = {"transformer (parent)": scored(parent_path, "parent", parent["updates"], logged(translation.SOFTMAX)),
+                f"{TRANSLATION_CHILD} from scratch": scored(
+                    trained / "checkpoints" / TRANSLATION_CHILD / "checkpoint_best.pt", "scratch", parent["updates"],
+                    logged(TRANSLATION_CHILD))}
+        converted = work / "checkpoints" / "converted.pt"
+        summary = fairseq("fairseq-linattn-warm-start", parent_path, converted, "--data", data_bin,
+                          *translation.MODELS[TRANSLATION_CHILD][1], log=work / "logs" / "warm-start.log", echo=None)
+        child_flags = re.search(r"fairseq-train DATA --user-dir \S+ (.*) --restore-file", summary).group(1).split()
+        rows["converted, no update"] = scored(converted, "converted", 0)
+        for percent in self.budgets:
+            updates = self.updates(parent["updates"], percent)
+            save = work / "checkpoints" / f"finetune{percent}"
+            log = fairseq("fairseq-train", data_bin, "--user-dir", USER_DIR, *translation.TRAIN, *child_flags,
+                          "--lr", parent["lr"], "--lr-scheduler", "polynomial_decay", "--total-num-update", updates,
+                          "--warmup-updates", max(1, updates // 10), "--max-update", updates, "--max-tokens",
+                          parent["max_tokens"], "--seed", parent["seed"], "--restore-file", converted,
+                          "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--no-save-optimizer-state",
+                          "--save-dir", save, *scale.device, log=work / "logs" / f"train-finetune{percent}.log")
+            rows[f"converted + finetune, {percent}%"] = scored(save / "checkpoint_best.pt", f"child{percent}", updates, log)
+        return {"linearize": {"family": "transformer", "parent_updates": parent["updates"], "parent": parent,
+                              "parent_work": str(trained), "rows": rows}}
 
     def stages(self):
         return (("linearize", self.linearize if self.family == "transformer_lm" else self.linearize_roberta),)
@@ -142,6 +229,8 @@ class LinearizeBenchmark(QualityBenchmark):
         return {**row, "updates": updates}
 
     def render(self, data):
+        if data["study"]["linearize"].get("family") == "transformer":
+            return render_translation(data)
         study, result = data["study"], data["study"]["linearize"]
         roberta = result.get("family") == "roberta"
         s = study["scale"]
@@ -206,10 +295,10 @@ class LinearizeBenchmark(QualityBenchmark):
     def plot(self, data):
         plt = pyplot()
         result = data["study"]["linearize"]
-        rows, roberta = result["rows"], result.get("family") == "roberta"
-        scores = [("test_ppl", "masked-LM test perplexity" if roberta else "test perplexity (fairseq-eval-lm)")]
-        if roberta:
-            scores.append(("dev_accuracy", "dev accuracy (%)"))
+        rows, family = result["rows"], result.get("family", "transformer_lm")
+        scores = {"roberta": [("test_ppl", "masked-LM test perplexity"), ("dev_accuracy", "dev accuracy (%)")],
+                  "transformer": [("BLEU", "BLEU (beam 5, sacrebleu)"), ("chrF", "chrF")]}.get(
+            family, [("test_ppl", "test perplexity (fairseq-eval-lm)")])
         fig, axes = plt.subplots(1, len(scores), figsize=(9 * len(scores), 4.5), squeeze=False)
         names = list(rows)
         parent = next(name for name in rows if name.endswith("(parent)"))
@@ -222,7 +311,68 @@ class LinearizeBenchmark(QualityBenchmark):
             ax.set_xlabel(label)
             ax.grid(alpha=0.3, axis="x")
         fig.tight_layout()
-        return titled(fig, f"linearizing a trained {'RoBERTa' if roberta else 'transformer_lm'}", data)
+        return titled(fig, f"linearizing a trained {PARENT_NAMES[family]}", data)
+
+
+PARENT_NAMES = {"transformer_lm": "transformer_lm", "roberta": "RoBERTa", "transformer": "translation transformer"}
+
+
+def existing_translation_work(text: str) -> str:
+    """--parent-work: a bench_translation work folder with the data and both checkpoints this study needs."""
+    import argparse
+
+    needed = [Path(text) / "data-bin" / "dict.en.txt",
+              *(Path(text) / "checkpoints" / name / "checkpoint_best.pt" for name in (translation.SOFTMAX, TRANSLATION_CHILD))]
+    missing = [str(path) for path in needed if not path.exists()]
+    if missing:
+        raise argparse.ArgumentTypeError(
+            f"{text} is not a bench_translation work folder with both models ({missing[0]} is missing): run "
+            f"`scripts/bench_translation.py --models softmax,{TRANSLATION_CHILD} --work-dir W` and pass W/default")
+    return text
+
+
+def parent_training(checkpoint: Path) -> Dict:
+    """The parent's budget and the flags its children finetune with: read from its checkpoint's config."""
+    from fairseq import checkpoint_utils
+
+    cfg = checkpoint_utils.load_checkpoint_to_cpu(str(checkpoint))["cfg"]
+    return {"updates": int(cfg.optimization.max_update), "lr": float(cfg.optimization.lr[0]),
+            "max_tokens": int(cfg.dataset.max_tokens), "seed": int(cfg.common.seed)}
+
+
+def render_translation(data):
+    result, rows = data["study"]["linearize"], data["study"]["linearize"]["rows"]
+    parent, scratch = rows["transformer (parent)"], rows[f"{TRANSLATION_CHILD} from scratch"]
+    p = result["parent"]
+    table = [[name, f"{row['updates']:,} ({100 * row['updates'] / result['parent_updates']:.3g}%)",
+              f"{row['params']:,}" if "params" in row else "–", f"{row['BLEU']:.2f}", f"{row['BLEU'] - parent['BLEU']:+.2f}",
+              f"{row['BLEU'] - scratch['BLEU']:+.2f}", f"{row['chrF']:.2f}", f"{row['chrF'] - parent['chrF']:+.2f}"]
+             for name, row in rows.items()]
+    signatures = parent["signatures"]
+    lines = ["### Linearize: a trained translation transformer converted to a gated-delta decoder, against training "
+             "it from scratch", "",
+             f"{machine_line(data['machine'], data['load_start'], data['load_end'])}.", "",
+             f"The translation study's softmax `transformer` (English -> German message catalogs; trained for "
+             f"{result['parent_updates']:,} updates, lr {p['lr']:g}, {p['max_tokens']} tokens per batch, seed {p['seed']}; "
+             f"from `{result['parent_work']}`) converted by `fairseq-linattn-warm-start --encoder-attention softmax "
+             "--linear-attention gated-delta --cross-attention softmax` (every tensor copied; the decoder's gated-delta "
+             "parts new), then finetuned with the parent's flags and learning rate under polynomial decay (10% warm-up). "
+             f"The from-scratch row is bench_translation's {TRANSLATION_CHILD} with the same budget as the parent (its "
+             "decoder FFN narrowed to the parent's parameter count; the children keep the parent's FFN). "
+             f"`fairseq-generate --beam 5` on the test split, detokenised; BLEU `{signatures['BLEU']}`, chrF "
+             f"`{signatures['chrF2']}`.", "",
+             md_table(["model", "updates (of the parent's)", "parameters", "BLEU", "vs parent", "vs from scratch",
+                       "chrF", "chrF vs parent"], table)]
+    verdicts = []
+    for name, row in rows.items():
+        if name.startswith("converted + finetune"):
+            share = row["updates"] / result["parent_updates"]
+            met = share <= 0.1 and row["BLEU"] >= parent["BLEU"] - 0.5 and row["BLEU"] >= scratch["BLEU"]
+            verdicts.append(f"goal: {name}: BLEU {row['BLEU']:.2f} vs the parent's {parent['BLEU']:.2f} "
+                            f"({row['BLEU'] - parent['BLEU']:+.2f}; goal within 0.5 with at most 10% of its updates), "
+                            f"from scratch {scratch['BLEU']:.2f} (goal: at least as good): "
+                            f"{'meets' if met else 'misses'} the goal")
+    return "\n".join(lines), verdicts
 
 
 main = entry_point(LinearizeBenchmark)

@@ -152,20 +152,12 @@ class TranslationBenchmark(Study):
                "curve": valid_curve(log), "seconds_per_update": seconds_per_update(log),
                "train_seconds": train_seconds(log)}
         for beam in s.beams:
-            log = fairseq("fairseq-generate", data_bin, "--user-dir", USER_DIR, "--path", save / "checkpoint_best.pt",
-                          "--gen-subset", "test", "--beam", beam, "--batch-size", 32, "--required-batch-size-multiple",
-                          1, "--bpe", "sentencepiece", "--sentencepiece-model", data_bin / "sentencepiece.bpe.model",
-                          "--max-len-a", 1.5, "--max-len-b", 10, *s.device, log=work / "logs" / f"generate-{name}-{beam}.log",
-                          echo=None)
+            log = generate(work, data_bin, save / "checkpoint_best.pt", name, beam, s.device)
             sentences, tokens, per_s, tokens_per_s = GENERATED.search(log).groups()
-            hyps = detokenised_hypotheses(log)
             run[f"beam{beam}"] = {"sentences_per_s": float(per_s), "tokens_per_s": float(tokens_per_s),
                                   "sentences": int(sentences.replace(",", ""))}
             if beam == max(s.beams):
-                hyp_file = work / f"hyp-{name}.de"
-                hyp_file.write_text("".join(h + "\n" for h in hyps), encoding="utf-8")
-                run["sacrebleu"] = sacrebleu(data_bin / "raw" / "test.de", hyp_file)
-                run["beam"] = beam
+                run["sacrebleu"], run["beam"] = scored_hypotheses(work, data_bin, log, name), beam
         say(f"   {name}: BLEU {run['sacrebleu']['BLEU']['score']}, chrF {run['sacrebleu']['chrF2']['score']}, "
             f"{run['train_seconds']:.0f} s training", "translation")
         return run
@@ -196,6 +188,26 @@ def equal_decoder_ffn(options: List[str], s: Scale) -> int:
 
     extra = count(linear_attentions()[mechanism](s.dim, s.heads)) - count(KernelAttention(s.dim, s.heads, causal=True))
     return s.ffn - round(extra / (2 * s.dim + 1))
+
+
+def generate(work: Path, data_bin: Path, checkpoint: Path, tag: str, beam: int, device) -> str:
+    """fairseq-generate on the test split (sentencepiece detokenised): its log."""
+    return fairseq("fairseq-generate", data_bin, "--user-dir", USER_DIR, "--path", checkpoint, "--gen-subset", "test",
+                   "--beam", beam, "--batch-size", 32, "--required-batch-size-multiple", 1, "--bpe", "sentencepiece",
+                   "--sentencepiece-model", data_bin / "sentencepiece.bpe.model", "--max-len-a", 1.5, "--max-len-b", 10,
+                   *device, log=work / "logs" / f"generate-{tag}-{beam}.log", echo=None)
+
+
+def scored_hypotheses(work: Path, data_bin: Path, log: str, tag: str) -> Dict:
+    """sacrebleu's BLEU and chrF of a fairseq-generate log's hypotheses against the raw test references."""
+    hyp_file = work / f"hyp-{tag}.de"
+    hyp_file.write_text("".join(h + "\n" for h in detokenised_hypotheses(log)), encoding="utf-8")
+    return sacrebleu(data_bin / "raw" / "test.de", hyp_file)
+
+
+def bleu(work: Path, data_bin: Path, checkpoint: Path, tag: str, beam: int, device) -> Dict:
+    """A checkpoint's test-split BLEU and chrF, scored as the study scores its models."""
+    return scored_hypotheses(work, data_bin, generate(work, data_bin, checkpoint, tag, beam, device), tag)
 
 
 def detokenised_hypotheses(log: str) -> List[str]:

@@ -149,3 +149,30 @@ def test_quick_roberta_linearize_study_scores_perplexity_and_classification(tmp_
     assert len(list((work / "checkpoints").glob("cls-*/checkpoint_best.pt"))) == len(rows)  # one finetune per row
     assert "dev accuracy" in (out / "linearize_roberta.md").read_text() and (out / "linearize_roberta.png").exists()
     assert "goal: transfer + finetune, 50%: dev accuracy" in proc.stdout
+
+
+@pytest.mark.slow
+def test_quick_translation_linearize_study_scores_bleu(tmp_path):
+    """--family transformer: the translation study's softmax transformer converted to a gated-delta decoder and
+    finetuned for each budget, every row (the same configuration from scratch too) scored by BLEU and chrF."""
+    out = tmp_path / "results"
+    proc = subprocess.run([sys.executable, os.path.join("scripts", "bench_linearize.py"), "--quick", "--family",
+                           "transformer", "--budgets", "50", "--out", str(out), "--work-dir", str(tmp_path / "work")],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    study = json.loads((out / "linearize_transformer.json").read_text())["study"]["linearize"]
+    assert list(study["rows"]) == ["transformer (parent)", "softmax-enc+gated-delta+softmax-cross from scratch",
+                                   "converted, no update", "converted + finetune, 50%"]
+    assert study["parent"]["updates"] == 6 and study["rows"]["converted + finetune, 50%"]["updates"] == 3
+    assert all(0 <= row["chrF"] <= 100 and "BLEU" in row for row in study["rows"].values())
+    assert "goal: converted + finetune, 50%" in proc.stdout + proc.stderr
+
+
+def test_translation_linearize_options_are_checked_when_parsed(capsys, tmp_path):
+    from linattn_benchmarks.linearize import LinearizeBenchmark
+
+    for argv, message in ((["--parent-work", str(tmp_path)], "is not a bench_translation work folder with both models"),
+                          (["--updates", "100"], "--parent-work and --updates are --family transformer's")):
+        with pytest.raises(SystemExit):
+            parse_args(LinearizeBenchmark(), argv)
+        assert message in capsys.readouterr().err
