@@ -64,7 +64,8 @@ MODELS = [
     ("lm-elu", "linear_transformer_lm", "kernel (elu+1)", "lm", LANGUAGE_MODEL),
     ("lm-gated-delta", "linear_transformer_lm", "gated-delta", "lm",
      [*LANGUAGE_MODEL, "--linear-attention", "gated-delta"]),
-    ("translation", "linear_transformer", "kernel (elu+1)", "translation", TRANSLATION),
+    ("translation", "linear_transformer", "kernel (elu+1)", "translation",
+     [*TRANSLATION, "--encoder-attention", "kernel", "--linear-attention", "kernel", "--cross-attention", "kernel"]),
 ]
 TWO_WORKERS = ["--distributed-world-size", "2"]
 GLOO = ["--distributed-backend", "gloo"]  # NCCL stops at "Duplicate GPU detected" with two ranks on one device

@@ -73,12 +73,15 @@ class MechanismOptions:
     GROUP = "attention"
 
     @classmethod
-    def add_args(cls, parser, causal: bool = True):
+    def add_args(cls, parser, causal: bool = True, defaults: Optional[dict] = None):
+        """``defaults``: {flag: value} where a model's own default differs from the mechanism's (the help says it;
+        the model's arch function sets it)."""
         group = parser.add_argument_group(cls.GROUP)
         for name, flag in cls.FLAGS.items():
             if name in cls.CAUSAL_ONLY and not causal:
                 continue
-            default = "" if flag.default is None else f" (default {flag.default})"  # None: the help says it
+            shown = (defaults or {}).get(name, flag.default)
+            default = "" if shown is None else f" (default {shown})"  # None: the help says it
             group.add_argument("--" + name.replace("_", "-"), type=flag.type, choices=flag.choices,
                                metavar=flag.metavar, help=flag.help + default)
 

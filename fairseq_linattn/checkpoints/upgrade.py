@@ -4,6 +4,10 @@ Before 0.2, ``--short-conv`` and ``--output-gate`` defaulted to 4 and 1 and ever
 but kernel attention ignored them (it had neither). Now kernel attention honours them and their default is the
 mechanism's (0 for kernel attention): an old checkpoint of kernel attention, read as saved, would be rebuilt with
 a convolution and a gate it never had. The weights say which it is: a kernel layer saved without them.
+
+Before 0.3, ``linear_transformer`` built kernel attention in every role by default; now its defaults are a softmax
+encoder, a gated-delta decoder and softmax cross-attention. A checkpoint saved without a role's option (0.1 had no
+``--encoder-attention``) is read with the default it was trained under.
 """
 import re
 from argparse import Namespace
@@ -24,7 +28,10 @@ def upgrade_checkpoint_options(state: dict, path: str = "the checkpoint") -> dic
     an older plugin read otherwise; returns ``state``."""
     cfg = state.get("cfg")
     model_cfg = getattr(cfg, "model", None) if cfg is not None else None
-    if model_cfg is None or not state.get("model") or "linear_attention" not in _keys(model_cfg):
+    if model_cfg is None or not state.get("model"):
+        return state
+    _legacy_translation_roles(model_cfg)
+    if "linear_attention" not in _keys(model_cfg):
         return state
     from ..attention.options import KERNEL_ATTENTION, KernelOptions
 
@@ -45,6 +52,22 @@ def upgrade_checkpoint_options(state: dict, path: str = "the checkpoint") -> dic
                 "every layer, so the checkpoint cannot be described: load it with fairseq_linattn 0.1")
         _set(model_cfg, name, None)  # the mechanism's default: none for kernel attention, the old 4 / 1 elsewhere
     return state
+
+
+def _legacy_translation_roles(model_cfg: Any):
+    """A linear_transformer checkpoint's roles that it saved no value for: the pre-0.3 default, kernel attention."""
+    from ..models.linear_transformer import LEGACY_ROLES
+
+    arch = str(_get(model_cfg, "arch") or _get(model_cfg, "_name") or "")
+    if not arch.startswith("linear_transformer") or arch.startswith("linear_transformer_lm"):
+        return
+    for name, value in LEGACY_ROLES.items():
+        if _get(model_cfg, name) is None:
+            _set(model_cfg, name, value)
+
+
+def _get(model_cfg: Any, name: str):
+    return model_cfg.get(name) if isinstance(model_cfg, DictConfig) else getattr(model_cfg, name, None)
 
 
 def _keys(model_cfg: Any):

@@ -1,19 +1,24 @@
 """``linear_transformer``: fairseq's translation transformer with linear attention, chosen per role.
 
-* encoder self-attention (``--encoder-attention``): non-causal kernel attention (padding exact), or fairseq's own
-  softmax encoder layer (``softmax``);
-* decoder self-attention (``--linear-attention``): causal kernel attention, or any causal mechanism of
-  ``linear_transformer_lm`` (retention, gla, delta, gated-delta, ... with its short convolution and output gate),
+* encoder self-attention (``--encoder-attention``): fairseq's own softmax encoder layer (``softmax``, the
+  default), or non-causal kernel attention (``kernel``, padding exact);
+* decoder self-attention (``--linear-attention``): gated-delta by default, or any causal mechanism of
+  ``linear_transformer_lm`` (kernel, retention, gla, delta, ... with its short convolution and output gate),
   chunked in training, an RNN when generating (its state per layer and hypothesis in ``incremental_state``);
-* encoder-decoder attention (``--cross-attention``): kernel attention over the encoder output, whose summary (S, z)
-  is computed once per source sentence and kept in ``incremental_state`` (:class:`..attention.KernelCrossAttention`),
-  or fairseq's softmax ``MultiheadAttention`` (``softmax``).
+* encoder-decoder attention (``--cross-attention``): fairseq's softmax ``MultiheadAttention`` (``softmax``, the
+  default), or kernel attention over the encoder output (``kernel``), whose summary (S, z) is computed once per
+  source sentence and kept in ``incremental_state`` (:class:`..attention.KernelCrossAttention`).
+
+The defaults are the configuration that came closest to the softmax transformer in results/translation_1500*
+(BLEU within 0.5 on the mean of its seeds): the decoder's own past is a fixed-size state, so a step's cost does not
+grow with the target; it still reads the source through softmax. ``kernel`` cross-attention makes the step's cost
+independent of the source too (and everything kernel: ``--encoder-attention kernel --linear-attention kernel
+--cross-attention kernel``, the layout before 0.3), at a cost in BLEU measured there.
 
 ``--feature-map`` (and the FAVOR+ options) are kernel attention's, wherever it is used: the decoder's with
 ``--linear-attention kernel``, the encoder's and the cross-attention's with ``kernel``.
 
-A decoding step therefore costs the same whatever the source and target lengths, and a beam hypothesis
-carries a fixed-size state instead of growing key/value caches. Everything else (embeddings, layers,
+Everything else (embeddings, layers,
 ``fairseq-generate``'s beam search, the hub's ``translate()``) is fairseq's own ``transformer``; the archs
 mirror fairseq's sizes: ``linear_transformer``, ``linear_transformer_iwslt_de_en``, ``linear_transformer_wmt_en_de``
 (and the other ``transformer_*`` sizes under the same prefix).
@@ -36,9 +41,13 @@ from .layers import DecoderLayer, SwappedAttentionDecoder, SwappedAttentionEncod
 from .plugin_model import PluginModel
 
 CROSS_ATTENTIONS = ("kernel", "softmax")
-DEFAULT_CROSS_ATTENTION = "kernel"
+DEFAULT_CROSS_ATTENTION = "softmax"
 ENCODER_ATTENTIONS = ("kernel", "softmax")
-DEFAULT_ENCODER_ATTENTION = "kernel"
+DEFAULT_ENCODER_ATTENTION = "softmax"
+DEFAULT_DECODER_ATTENTION = "gated-delta"  # --linear-attention's default here (linear_transformer_lm's is kernel)
+# what every role was before 0.3 changed the defaults: a checkpoint saved then without a role's option had this
+LEGACY_ROLES = {"encoder_attention": KERNEL_ATTENTION, "linear_attention": KERNEL_ATTENTION,
+                "cross_attention": KERNEL_ATTENTION}
 # fairseq's transformer sizes: transformer_<size> is linear_transformer_<size> (register_archs)
 SIZES = {"": fairseq_transformer.base_architecture, "tiny": fairseq_transformer.tiny_architecture,
          **{size: getattr(fairseq_transformer, f"transformer_{size}") for size in (
@@ -49,6 +58,8 @@ SIZES = {"": fairseq_transformer.base_architecture, "tiny": fairseq_transformer.
 def set_defaults(args):
     """The kernel options', ``--encoder-attention``'s and ``--cross-attention``'s defaults where ``args`` has none
     (arch functions, and configs that name no arch)."""
+    if option(args, "linear_attention") is None:
+        args.linear_attention = DEFAULT_DECODER_ATTENTION
     KernelOptions.set_defaults(args)
     if option(args, "cross_attention") is None:
         args.cross_attention = DEFAULT_CROSS_ATTENTION
@@ -74,7 +85,8 @@ def attention_roles(args) -> Tuple[KernelOptions, KernelOptions]:
     """(the decoder self-attention's options, kernel attention's options for the encoder and the cross-attention),
     each checked. ``--linear-attention`` is the decoder's alone; ``--feature-map`` belongs to whichever roles use
     kernel attention, and is refused where none does."""
-    flags = KernelOptions.flag_values(args)
+    flags = {**KernelOptions.flag_values(args), "linear_attention": option(args, "linear_attention",
+                                                                            DEFAULT_DECODER_ATTENTION)}
     mechanism = flags["linear_attention"]
     decoder_kernel = KERNEL_ATTENTION in KernelOptions(**flags).layout()  # every layer's, or some layers' in a layout
     kernel_roles = [role for role, kind in (("the decoder", KERNEL_ATTENTION if decoder_kernel else None),
@@ -164,7 +176,7 @@ class LinearTransformerModel(PluginModel, TransformerModel):
     @classmethod
     def add_args(cls, parser):
         TransformerModel.add_args(parser)
-        KernelOptions.add_args(parser, causal=True)
+        KernelOptions.add_args(parser, causal=True, defaults={"linear_attention": DEFAULT_DECODER_ATTENTION})
         cls.add_role_args(parser)
 
     @classmethod

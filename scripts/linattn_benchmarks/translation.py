@@ -38,10 +38,13 @@ from .runner import ROOT, Study, entry_point, names_among, positive_int
 # name -> (arch, its attention per role): the softmax baseline, then linear_transformer's configurations
 MODELS = {
     "softmax": ("transformer", []),
-    "elu": ("linear_transformer", []),  # kernel attention (elu+1) everywhere, kernel cross-attention
-    "gated-delta": ("linear_transformer", ["--linear-attention", "gated-delta"]),
+    # kernel attention (elu+1) everywhere, kernel cross-attention (linear_transformer's defaults before 0.3)
+    "elu": ("linear_transformer", ["--encoder-attention", "kernel", "--linear-attention", "kernel",
+                                   "--cross-attention", "kernel"]),
+    "gated-delta": ("linear_transformer", ["--encoder-attention", "kernel", "--linear-attention", "gated-delta",
+                                           "--cross-attention", "kernel"]),
     "softmax-enc+gated-delta": ("linear_transformer", ["--encoder-attention", "softmax", "--linear-attention",
-                                                       "gated-delta"]),
+                                                       "gated-delta", "--cross-attention", "kernel"]),
     "softmax-enc+gated-delta+softmax-cross": ("linear_transformer", ["--encoder-attention", "softmax",
                                                                      "--linear-attention", "gated-delta",
                                                                      "--cross-attention", "softmax"]),

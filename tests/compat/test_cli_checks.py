@@ -43,7 +43,7 @@ def test_our_attention_options_are_checked_when_the_command_line_is_parsed(monke
 @pytest.mark.parametrize("flags,message", [
     (["--linear-attention", "gated-delta", "--encoder-attention", "softmax", "--cross-attention", "softmax",
       "--feature-map", "relu"], "--feature-map relu is kernel attention's, and no role uses it here"),
-    (["--decay-init", "long"], "--decay-init long only applies to Mamba-2's decay"),
+    (["--linear-attention", "kernel", "--decay-init", "long"], "--decay-init long only applies to Mamba-2's decay"),
     (["--encoder-attention", "linformer"], "argument --encoder-attention: invalid choice: 'linformer'"),
     (["--linear-attention", "gated-delta,softmax", "--decoder-layers", "1"], "give at least 2 layers"),
 ])

@@ -33,7 +33,9 @@ def catalog_data(tmp_path_factory):
 def linear_mt(catalog_data, tmp_path_factory):
     save = tmp_path_factory.mktemp("linear_mt")
     log = run("fairseq-train", catalog_data, "--user-dir", USER_DIR, *TRAIN, "--max-update", "8", "--save-dir", save)
-    assert "(encoder_attn): KernelCrossAttention(" in log and "causal=True, chunk_size=64" in log, log[-4000:]
+    # the defaults: fairseq's encoder layer, a gated-delta decoder, softmax over the source
+    assert "(self_attn): GatedDeltaNetAttention(" in log and "(encoder_attn): MultiheadAttention(" in log, log[-4000:]
+    assert "KernelAttention" not in log and "KernelCrossAttention" not in log
     (save / SPM).write_bytes((catalog_data / SPM).read_bytes())  # the hub looks for it beside the checkpoint
     return save
 
@@ -102,10 +104,14 @@ def test_hub_translate_is_rnn_decoding(catalog_data, linear_mt):
     assert hub.translate("cannot open file %s (1.2)", beam=5) == out[0]  # batched == alone
 
 
-def test_softmax_cross_attention_option(catalog_data, tmp_path):
+def test_kernel_attention_in_every_role(catalog_data, tmp_path):
+    """The layout before 0.3 (and the fastest decoding): kernel attention in the encoder, the decoder and over the
+    source, here with FAVOR+ features."""
     log = run("fairseq-train", catalog_data, "--user-dir", USER_DIR, *TRAIN, "--max-update", "2", "--save-dir",
-              tmp_path, "--cross-attention", "softmax", "--feature-map", "favor")
-    assert "(encoder_attn): MultiheadAttention(" in log and "KernelCrossAttention" not in log
+              tmp_path, "--encoder-attention", "kernel", "--linear-attention", "kernel", "--cross-attention", "kernel",
+              "--feature-map", "favor")
+    assert "(encoder_attn): KernelCrossAttention(" in log and "causal=True, chunk_size=64" in log, log[-4000:]
+    assert "GatedDeltaNetAttention" not in log and "(encoder_attn): MultiheadAttention(" not in log
     run("fairseq-generate", catalog_data, "--user-dir", USER_DIR, "--path", tmp_path / "checkpoint_last.pt",
         "--gen-subset", "valid", "--beam", "5", "--batch-size", "16", "--cpu", "--max-len-b", "10")
 
@@ -114,7 +120,8 @@ def test_softmax_encoder_and_a_gated_delta_decoder(catalog_data, tmp_path):
     """Attention per role through the command lines: fairseq's encoder layer, gated-delta decoding as an RNN with
     beam search, kernel attention over the source."""
     log = run("fairseq-train", catalog_data, "--user-dir", USER_DIR, *TRAIN, "--max-update", "2", "--save-dir",
-              tmp_path, "--encoder-attention", "softmax", "--linear-attention", "gated-delta")
+              tmp_path, "--encoder-attention", "softmax", "--linear-attention", "gated-delta", "--cross-attention",
+              "kernel")
     assert "(self_attn): GatedDeltaNetAttention(" in log and "KernelCrossAttention" in log, log[-3000:]
     out = run("fairseq-generate", catalog_data, "--user-dir", USER_DIR, "--path", tmp_path / "checkpoint_last.pt",
               "--gen-subset", "valid", "--beam", "5", "--batch-size", "16", "--cpu", "--max-len-b", "10")
@@ -131,9 +138,10 @@ def test_hydra_config(catalog_data, tmp_path):
     log = run("fairseq-linattn-hydra-train", "--config-name", "translation/linear_transformer_iwslt_de_en",
               "model=linear_transformer_tiny", f"task.data={catalog_data}", "common.cpu=true",
               "common.log_format=simple", "optimization.max_update=2", "dataset.max_tokens=1024",
-              "dataset.num_workers=0", "model.feature_map=relu", "model.cross_attention=softmax",
+              "dataset.num_workers=0", "model.feature_map=relu", "model.cross_attention=kernel",
               f"checkpoint.save_dir={tmp_path / 'ckpt'}", cwd=tmp_path)
-    assert "(encoder_attn): MultiheadAttention(" in log and "relu: 32 -> 32" in log, log[-4000:]
+    assert "(encoder_attn): KernelCrossAttention(" in log and "relu: 32 -> 32" in log, log[-4000:]
+    assert "(self_attn): GatedDeltaNetAttention(" in log  # the config's decoder
     assert (tmp_path / "ckpt" / "checkpoint_last.pt").exists()
 
 
@@ -159,7 +167,8 @@ def test_a_trained_transformer_converts(catalog_data, tmp_path):
     assert [(i, text) for i, _, text in ours] == [(i, text) for i, _, text in theirs] and ours
     assert all(abs(float(a[1]) - float(b[1])) < 1e-5 for a, b in zip(ours, theirs))  # fp32 rounding
     log = run("fairseq-linattn-warm-start", parent / "checkpoint_last.pt", tmp_path / "hedgehog.pt", "--data",
-              catalog_data, "--feature-map", "hedgehog")
+              catalog_data, "--encoder-attention", "kernel", "--linear-attention", "kernel", "--cross-attention",
+              "kernel", "--feature-map", "hedgehog")
     flags = re.search(r"(--arch .*) --restore-file", log).group(1).split()
     assert flags[:2] == ["--arch", "linear_transformer_tiny"] and "--share-all-embeddings" in flags, flags
     criterion = TRAIN.index("--criterion")  # the transfer's own, instead of label smoothing

@@ -21,10 +21,25 @@ SMALL = dict(encoder_layers=2, decoder_layers=2, encoder_embed_dim=32, decoder_e
              decoder_attention_heads=4, dropout=0.0, max_source_positions=128, max_target_positions=128)
 
 
-def translation_model(**overrides):
+# kernel attention in every role (the defaults before 0.3): what this module's kernel-attention tests build unless
+# a role is named
+ALL_KERNEL = dict(encoder_attention="kernel", linear_attention="kernel", cross_attention="kernel")
+
+
+def translation_model(defaults=ALL_KERNEL, **overrides):
     torch.manual_seed(0)
-    model, task = build("linear_transformer", **{**SMALL, **overrides})
+    model, task = build("linear_transformer", **{**SMALL, **defaults, **overrides})
     return model.eval(), task
+
+
+def test_the_defaults_are_the_configuration_closest_to_softmax():
+    """results/translation_1500*: a softmax encoder, a gated-delta decoder and softmax cross-attention."""
+    from fairseq_linattn.attention.mechanisms.gated_delta import GatedDeltaNetAttention
+
+    model, _ = translation_model(defaults={})
+    assert all(type(layer.self_attn) is MultiheadAttention for layer in model.encoder.layers)
+    assert all(type(layer.self_attn) is GatedDeltaNetAttention for layer in model.decoder.layers)
+    assert all(type(layer.encoder_attn) is MultiheadAttention for layer in model.decoder.layers)
 
 
 def source_batch(task, lengths=(9, 6, 3)):
