@@ -33,14 +33,17 @@ from .fairseq_runs import USER_DIR, fairseq, parameter_count, say, valid_curve
 from .machine import machine_line
 from .quality import SOFTMAX_LM, Quality, QualityBenchmark, _fmt
 from .report import md_table, pyplot, titled
-from .runner import ROOT, entry_point, positive_int, positive_list
+from .runner import ROOT, entry_point, positive_float, positive_int, positive_list
 
 FEATURE_MAPS = ("hedgehog", "t2r")
 FAMILIES = ("transformer_lm", "roberta", "transformer")
 TRANSLATION_CHILD = "softmax-enc+gated-delta+softmax-cross"  # bench_translation's name of the child configuration
 ROBERTA_CHILD = "linear_roberta_base"
 TRANSFER_LR = 1e-2  # only the feature maps train: a map starts as a fixed one and has far to go
-FINETUNE_LR_SHARE = 1 / 3  # of the parent's learning rate: every weight trains, most of them already trained
+# the finetune's learning rate, as a share of the parent's: every weight trains, most of them already trained (the
+# translation child, whose decoder's gated-delta parts start from scratch, did better at the parent's own: 1e-3
+# against 3e-4, examples/linearize)
+FINETUNE_LR_SHARE = {"transformer_lm": 1 / 3, "roberta": 1 / 3, "transformer": 1.0}
 
 
 class LinearizeBenchmark(QualityBenchmark):
@@ -62,6 +65,9 @@ class LinearizeBenchmark(QualityBenchmark):
                             help=f"--family transformer: a bench_translation work folder (.../default) whose softmax "
                                  f"and {TRANSLATION_CHILD} checkpoints are the parent and the from-scratch row (default: "
                                  "train both here, --updates each)")
+        parser.add_argument("--finetune-lr-share", type=positive_float, default=None,
+                            help="the finetune's learning rate over the parent's (default: 1/3 for transformer_lm and "
+                                 "roberta, 1 for transformer)")
         parser.add_argument("--updates", type=positive_int, default=None,
                             help="--family transformer without --parent-work: the parent's updates (default: the "
                                  "translation study's)")
@@ -75,6 +81,7 @@ class LinearizeBenchmark(QualityBenchmark):
 
     def measure(self, args, data):
         self.feature_map, self.budgets, self.family = args.feature_map, sorted(args.budgets), args.family
+        self.lr_share = args.finetune_lr_share or FINETUNE_LR_SHARE[self.family]
         if self.family != "transformer_lm":
             self.name = f"linearize_{self.family}"
         if self.family == "transformer":
@@ -129,13 +136,15 @@ class LinearizeBenchmark(QualityBenchmark):
             updates = self.updates(parent["updates"], percent)
             save = work / "checkpoints" / f"finetune{percent}"
             log = fairseq("fairseq-train", data_bin, "--user-dir", USER_DIR, *translation.TRAIN, *child_flags,
-                          "--lr", parent["lr"], "--lr-scheduler", "polynomial_decay", "--total-num-update", updates,
+                          "--lr", parent["lr"] * self.lr_share, "--lr-scheduler", "polynomial_decay",
+                          "--total-num-update", updates,
                           "--warmup-updates", max(1, updates // 10), "--max-update", updates, "--max-tokens",
                           parent["max_tokens"], "--seed", parent["seed"], "--restore-file", converted,
                           "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--no-save-optimizer-state",
                           "--save-dir", save, *scale.device, log=work / "logs" / f"train-finetune{percent}.log")
             rows[f"converted + finetune, {percent}%"] = scored(save / "checkpoint_best.pt", f"child{percent}", updates, log)
         return {"linearize": {"family": "transformer", "parent_updates": parent["updates"], "parent": parent,
+                              "finetune_lr": parent["lr"] * self.lr_share,
                               "parent_work": str(trained), "rows": rows}}
 
     def stages(self):
@@ -157,7 +166,8 @@ class LinearizeBenchmark(QualityBenchmark):
                                 study.lm_batch(), scored, transfer_rows=True)}
         for name, row in rows.items():
             say(f"   {name}: test perplexity {row['test_ppl']:.2f} after {row['updates']} updates", "linearize")
-        return {"feature_map": self.feature_map, "parent_updates": s.lm_updates, "rows": rows}
+        return {"feature_map": self.feature_map, "parent_updates": s.lm_updates, "finetune_lr_share": self.lr_share,
+                "rows": rows}
 
     def linearize_roberta(self, study: Quality) -> Dict:
         s, n = study.s, study.s.n
@@ -183,6 +193,7 @@ class LinearizeBenchmark(QualityBenchmark):
             say(f"   {name}: masked-LM test perplexity {row['test_ppl']:.2f}, dev accuracy {row['dev_accuracy']:.1f}% "
                 f"after {row['updates']} updates", "linearize")
         return {"family": "roberta", "feature_map": self.feature_map, "parent_updates": s.mlm_updates,
+                "finetune_lr_share": self.lr_share,
                 "finetune_updates": s.finetune_updates, "rows": rows}
 
     def children(self, study: Quality, family: str, parent: Dict, warm_start_args: List, child_args: List,
@@ -203,7 +214,7 @@ class LinearizeBenchmark(QualityBenchmark):
                 "--reset-meters"], updates, lr, batch)
 
         rows = {"converted, no update": scored(converted, 0, "converted")}
-        finetune_lr = lr * FINETUNE_LR_SHARE
+        finetune_lr = lr * self.lr_share
         for percent in self.budgets:
             updates = self.updates(parent_updates, percent)
             transfer = trained("transfer", percent, ["--criterion", "attention_transfer"], converted, updates // 2,
@@ -265,8 +276,8 @@ class LinearizeBenchmark(QualityBenchmark):
             f"from-scratch model train for {result['parent_updates']} updates; each child is `fairseq-linattn-warm-start "
             f"{'--model linear_roberta ' if roberta else ''}--feature-map {result['feature_map']}` of the parent, then "
             f"attention transfer for half its updates (lr {TRANSFER_LR:g}, only the feature maps) and a finetune for "
-            f"the other half (lr {s[lr_key] * FINETUNE_LR_SHARE:g}, every weight). Parameters: the children and the "
-            "from-scratch model have the parent's plus the feature maps' weights. "
+            f"the other half (lr {s[lr_key] * result.get('finetune_lr_share', 1 / 3):g}, every weight). Parameters: "
+            "the children and the from-scratch model have the parent's plus the feature maps' weights. "
             + ("Masked-LM test perplexity from fairseq-validate." if roberta else
                f"Test perplexity from fairseq-eval-lm (context window {s['n'] // 2})."), "",
             md_table(headers, table)]
@@ -356,7 +367,8 @@ def render_translation(data):
              f"{result['parent_updates']:,} updates, lr {p['lr']:g}, {p['max_tokens']} tokens per batch, seed {p['seed']}; "
              f"from `{result['parent_work']}`) converted by `fairseq-linattn-warm-start --encoder-attention softmax "
              "--linear-attention gated-delta --cross-attention softmax` (every tensor copied; the decoder's gated-delta "
-             "parts new), then finetuned with the parent's flags and learning rate under polynomial decay (10% warm-up). "
+             f"parts new), then finetuned with the parent's flags at lr {result.get('finetune_lr', p['lr']):g} under "
+             "polynomial decay (10% warm-up). "
              f"The from-scratch row is bench_translation's {TRANSLATION_CHILD} with the same budget as the parent (its "
              "decoder FFN narrowed to the parent's parameter count; the children keep the parent's FFN). "
              f"`fairseq-generate --beam 5` on the test split, detokenised; BLEU `{signatures['BLEU']}`, chrF "

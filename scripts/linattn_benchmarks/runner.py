@@ -180,6 +180,17 @@ def positive_int(text) -> int:
     return value
 
 
+def positive_float(text) -> float:
+    """An argparse ``type``: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected one number > 0, got {text!r}")
+    return value
+
+
 def start(args) -> Dict:
     if args.malloc == "keep" and any(os.environ.get(k) != v for k, v in machine.MALLOC_KEEP.items()):
         # glibc reads these once, at start-up: run this command again in a process that has them
