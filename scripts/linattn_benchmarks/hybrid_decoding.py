@@ -107,6 +107,9 @@ class HybridDecodingBenchmark(Benchmark):
     def problem(self, args) -> str:
         if args.dim % args.heads:
             return f"--heads {args.heads} must divide --dim {args.dim}"
+        short = [p for p in args.positions if p <= args.prefix]
+        if short:  # the state at p is built from the prompt: p must lie past it
+            return f"--positions {short[0]} is not past the {args.prefix}-token prompt: give a smaller --prefix"
         return ""
 
     def points(self, args):
@@ -122,7 +125,7 @@ class HybridDecodingBenchmark(Benchmark):
                                        for k, v in b.items()}
                                       for b in prompt_buffers(model, capture_layer_inputs(model, prompt))]
                                for case, model in self.models.items()}
-        return [{"batch": args.batch, "position": p} for p in positions if p > args.prefix]
+        return [{"batch": args.batch, "position": p} for p in positions]
 
     def cases(self, args, point, history):
         p, models = point["position"], self.models

@@ -165,3 +165,11 @@ def test_quick_hybrid_decoding_benchmark_writes_its_table(tmp_path):
     assert states[64]["gated-delta"] < states[64]["hybrid, window 32"] < states[64]["hybrid"] < states[64]["transformer_lm"]
     table = (tmp_path / "bench_hybrid_decoding.md").read_text()
     assert "| hybrid kda |" in table and (tmp_path / "bench_hybrid_decoding.png").stat().st_size > 10_000
+
+
+def test_hybrid_decoding_positions_must_lie_past_the_prompt(capsys):
+    from linattn_benchmarks.runner import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(hd.HybridDecodingBenchmark(), ["--positions", "128,4096", "--prefix", "256"])
+    assert "error: --positions 128 is not past the 256-token prompt" in capsys.readouterr().err
