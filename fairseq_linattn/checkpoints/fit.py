@@ -127,10 +127,12 @@ def identity_differences(saved_cfg, cfg) -> List[str]:
 
 
 def saved_model_cfg(path: str):
-    """The model config a checkpoint was trained with, read without reading its tensors (memory-mapped)."""
+    """The model config a checkpoint was trained with, read without reading its tensors (memory-mapped), and as
+    this version reads it (:mod:`.upgrade`: an older checkpoint's options mean what they meant then)."""
     from omegaconf import OmegaConf
 
     from .integrity import unreadable_reason
+    from .upgrade import upgrade_checkpoint_options
 
     # the zip format can be memory-mapped: the tensors stay on disk
     state = safe_torch_load(path, map_location="cpu", mmap=is_zip(path) and unreadable_reason(path) is None)
@@ -138,8 +140,8 @@ def saved_model_cfg(path: str):
         return state["args"]
     cfg = state.get("cfg")
     if isinstance(cfg, dict):
-        cfg = OmegaConf.create(cfg, flags={"allow_objects": True})
-    return None if cfg is None else cfg.get("model")
+        state["cfg"] = cfg = OmegaConf.create(cfg, flags={"allow_objects": True})
+    return None if cfg is None else upgrade_checkpoint_options(state, path)["cfg"].get("model")
 
 
 def check_same_attention(path: str, model_cfg, how: str):

@@ -47,3 +47,30 @@ def test_other_checkpoints_pass_through():
     roberta = {"cfg": OmegaConf.create({"model": {"arch": "roberta_base"}}), "model": {"x": torch.zeros(1)}}
     assert upgrade_checkpoint_options(roberta) is roberta and "short_conv" not in roberta["cfg"].model
     assert upgrade_checkpoint_options({"cfg": None, "model": {}}) == {"cfg": None, "model": {}}
+
+
+@pytest.mark.parametrize("saved,expected", [
+    (dict(linear_attention="elu"), ("kernel", "kernel", "elu")),  # 0.1: no --encoder-attention at all
+    (dict(linear_attention="kernel", encoder_attention=None, cross_attention="kernel"), ("kernel", "kernel", "kernel")),
+    (dict(linear_attention="gated-delta", encoder_attention="softmax", cross_attention="softmax"),
+     ("softmax", "softmax", "gated-delta")),  # saved with every role: as saved
+], ids=["0.1", "a role unsaved", "all saved"])
+def test_a_translation_checkpoint_without_its_roles_is_kernel_in_them(saved, expected):
+    """Before 0.3 linear_transformer's roles defaulted to kernel attention; a checkpoint that saved no value for one
+    is read with kernel there, not with today's defaults (softmax encoder and cross-attention, gated-delta decoder)."""
+    ckpt = {"cfg": OmegaConf.create({"model": {"arch": "linear_transformer_tiny", **saved}}),
+            "model": {"decoder.layers.0.self_attn.q_proj.weight": torch.zeros(1)}}
+    model_cfg = upgrade_checkpoint_options(ckpt)["cfg"].model
+    assert (model_cfg.encoder_attention, model_cfg.cross_attention, model_cfg.linear_attention) == expected
+
+
+def test_restoring_compares_an_old_checkpoint_as_it_was_trained():
+    """--restore-file and --model-overrides compare identities through saved_model_cfg: the 0.1 translation
+    checkpoint is kernel in every role there too."""
+    from fairseq_linattn.checkpoints.fit import model_class, saved_model_cfg
+    from tests.pages import ROOT
+
+    saved = saved_model_cfg(str(ROOT / "tests" / "checkpoints" / "v0_1" / "linear_transformer.pt"))
+    identity = model_class(saved).identity(saved)
+    assert (identity["--encoder-attention"], identity["--linear-attention"], identity["--cross-attention"]) == (
+        "kernel", "kernel", "kernel")
