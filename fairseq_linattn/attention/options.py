@@ -113,6 +113,9 @@ class MechanismOptions:
         checkpoint loaded under other values would be a silently different model."""
         return {}
 
+    def check_depth(self, layers: int, side: str):
+        """Refuses a depth these options cannot fill (a per-layer layout longer than it); most options fit any."""
+
 
 KERNEL_ATTENTION = "kernel"  # --linear-attention's name for the kernel attention of .kernel (φ from --feature-map)
 ALIASES = {"elu": KERNEL_ATTENTION}  # its name until 0.1 (elu+1 is the default φ): command lines, old checkpoints

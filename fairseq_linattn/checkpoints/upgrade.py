@@ -13,6 +13,7 @@ import re
 from argparse import Namespace
 from typing import Any
 
+from fairseq.utils import safe_getattr
 from omegaconf import DictConfig, open_dict
 
 from .errors import IncompatibleCheckpointError
@@ -56,18 +57,14 @@ def upgrade_checkpoint_options(state: dict, path: str = "the checkpoint") -> dic
 
 def _legacy_translation_roles(model_cfg: Any):
     """A linear_transformer checkpoint's roles that it saved no value for: the pre-0.3 default, kernel attention."""
-    from ..models.linear_transformer import LEGACY_ROLES
+    from ..models.linear_transformer import LEGACY_ROLES, LinearTransformerModel
+    from .fit import model_class
 
-    arch = str(_get(model_cfg, "arch") or _get(model_cfg, "_name") or "")
-    if not arch.startswith("linear_transformer") or arch.startswith("linear_transformer_lm"):
+    if model_class(model_cfg) is not LinearTransformerModel:
         return
     for name, value in LEGACY_ROLES.items():
-        if _get(model_cfg, name) is None:
+        if safe_getattr(model_cfg, name) is None:
             _set(model_cfg, name, value)
-
-
-def _get(model_cfg: Any, name: str):
-    return model_cfg.get(name) if isinstance(model_cfg, DictConfig) else getattr(model_cfg, name, None)
 
 
 def _keys(model_cfg: Any):

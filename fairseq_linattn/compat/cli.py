@@ -126,7 +126,7 @@ def command_line_problem(args):
             if width is not None and heads is not None:
                 check_heads(int(width), int(heads), stack.side)
             layers = getattr(probe, f"{stack.side}_layers", None)
-            if layers is not None and hasattr(options, "check_depth"):
+            if layers is not None:
                 options.check_depth(layers, stack.side)
         except ValueError as error:
             return str(error)

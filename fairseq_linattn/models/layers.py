@@ -77,8 +77,7 @@ class BuildsAttention:
         side = self.side
         self.attention_options = self.checked_options(args)
         check_heads(int(option(args, f"{side}_embed_dim")), int(option(args, f"{side}_attention_heads")), side)
-        if hasattr(self.attention_options, "check_depth"):
-            self.attention_options.check_depth(option(args, f"{side}_layers"), side)
+        self.attention_options.check_depth(option(args, f"{side}_layers"), side)
         self._shared_attention = {}
         self._layers_built = 0
 
