@@ -22,6 +22,7 @@ transfer and finetune on the masked-LM task) and scores every row twice: masked-
 (fairseq-validate), and dev accuracy after the study's docstring-classification finetune, which every row gets
 alike, the parent too (results/linearize_roberta.*).
 """
+import argparse
 import re
 import shutil
 from dataclasses import replace
@@ -330,8 +331,6 @@ PARENT_NAMES = {"transformer_lm": "transformer_lm", "roberta": "RoBERTa", "trans
 
 def existing_translation_work(text: str) -> str:
     """--parent-work: a bench_translation work folder with the data and both checkpoints this study needs."""
-    import argparse
-
     needed = [Path(text) / "data-bin" / "dict.en.txt",
               *(Path(text) / "checkpoints" / name / "checkpoint_best.pt" for name in (translation.SOFTMAX, TRANSLATION_CHILD))]
     missing = [str(path) for path in needed if not path.exists()]

@@ -169,26 +169,21 @@ def positive_ints_or_none(text) -> List[int]:
     return positive_ints(text) if str(text).strip() else []
 
 
-def positive_int(text) -> int:
-    """An argparse ``type``: a whole number >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected one whole number >= 1, got {text!r}")
-    return value
+def positive_number(kind: type, what: str) -> Callable[[str], object]:
+    """An argparse ``type``: one value of ``kind``, > 0; anything else is argparse's one-line error."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"expected one {what}, got {text!r}")
+        return value
+    return parse
 
 
-def positive_float(text) -> float:
-    """An argparse ``type``: a number > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0.0
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected one number > 0, got {text!r}")
-    return value
+positive_int = positive_number(int, "whole number >= 1")
+positive_float = positive_number(float, "number > 0")
 
 
 def start(args) -> Dict:
