@@ -110,6 +110,12 @@ def linear_buffers(model, layer_inputs):
     return buffers
 
 
+def expanded(buffers, batch: int):
+    """Per-layer buffers of one sequence repeated for ``batch`` (beams share their prompt); non-tensors kept."""
+    return [{k: v.expand(batch, *v.shape[1:]).contiguous() if torch.is_tensor(v) else v for k, v in b.items()}
+            for b in buffers]
+
+
 def install(model, buffers):
     """A fresh incremental state holding ``buffers`` (one dict per layer, tensors shared, never modified)."""
     state = {}
@@ -150,8 +156,7 @@ class DecodingBenchmark(Benchmark):
         batch, p, models = point["batch"], point["position"], self.models
         buffers = {
             "transformer_lm": random_softmax_buffers(models["transformer_lm"], batch, p, self.generator),
-            "linear": [{k: v.expand(batch, *v.shape[1:]).contiguous() for k, v in b.items()}
-                       for b in linear_buffers(models["linear"], [x[:p, :1] for x in self.prefix_inputs])],
+            "linear": expanded(linear_buffers(models["linear"], [x[:p, :1] for x in self.prefix_inputs]), batch),
             "projections only": [{} for _ in models["projections only"].decoder.layers],
         }
         self.buffers, self.versions_before = buffers, {case: versions(b) for case, b in buffers.items()}

@@ -28,7 +28,7 @@ import torch
 from fairseq_linattn.attention.causal import CausalAttention
 from fairseq_linattn.models.standalone import DictionaryTask, build_model
 
-from .decoding import capture_layer_inputs, install, lm_args, softmax_buffers, versions
+from .decoding import capture_layer_inputs, expanded, install, lm_args, softmax_buffers, versions
 from .machine import machine_line
 from .report import fmt_bytes, fmt_ms, fmt_x, log_axes, md_table, pyplot, titled
 from .runner import Benchmark, Timed, entry_point, measured, positive_int, positive_ints
@@ -121,9 +121,7 @@ class HybridDecodingBenchmark(Benchmark):
         self.generator = torch.Generator().manual_seed(0)
         self.tokens = torch.randint(4, 4 + args.vocab, (1, max(positions) + 1), generator=self.generator)
         prompt = self.tokens[:, : args.prefix]
-        self.prompt_buffers = {case: [{k: v.expand(args.batch, *v.shape[1:]).contiguous() if torch.is_tensor(v) else v
-                                       for k, v in b.items()}
-                                      for b in prompt_buffers(model, capture_layer_inputs(model, prompt))]
+        self.prompt_buffers = {case: expanded(prompt_buffers(model, capture_layer_inputs(model, prompt)), args.batch)
                                for case, model in self.models.items()}
         return [{"batch": args.batch, "position": p} for p in positions]
 
