@@ -9,7 +9,12 @@ from fairseq_linattn.attention.ops.delta_rule import (
     naive_recurrent_delta_rule,
     recurrent_delta_rule_step,
 )
-from fairseq_linattn.attention.ops.delta_rule.utils import solve_and_carry, solve_and_carry_autograd
+from fairseq_linattn.attention.ops.delta_rule.chunk import weighted_scores, weighted_scores_autograd
+from fairseq_linattn.attention.ops.delta_rule.utils import (
+    _unit_lower_inverse,
+    solve_and_carry,
+    solve_and_carry_autograd,
+)
 from tests.reference import assert_grads_match_reference, assert_matches_reference
 
 # log decays: none (DeltaNet), mild (exp(g) mostly 0.3-0.9), strong (exp(g) mostly < 0.02: the cumulative decay
@@ -127,6 +132,50 @@ def test_written_out_backward_matches_autograd(decay, final_state_used):
     else:
         assert_grads_match_reference(out, ref, leaves_, 1e-11, names)
     assert torch.autograd.gradcheck(lambda *x: solve_and_carry(*x), tuple(inputs))
+
+
+@pytest.mark.parametrize("size", [1, 5, 16, 17, 33, 64, 100])
+def test_unit_lower_inverse_by_halves_is_the_inverse(size):
+    """The inverse formed by halves (blocks solved at 16 rows, joined by products) is L's inverse: L T = I, and it
+    equals one triangular solve, for sizes that do and do not halve evenly; what lies on and above L's diagonal is
+    not read."""
+    lower = torch.randn(4, size, size, dtype=torch.float64) * 0.3
+    inverse = _unit_lower_inverse(lower)
+    unit = torch.eye(size, dtype=torch.float64) + lower.tril(-1)
+    assert_matches_reference(unit @ inverse, torch.eye(size, dtype=torch.float64).expand_as(unit), 1e-12, "L T")
+    solved = torch.linalg.solve_triangular(unit, torch.eye(size, dtype=torch.float64).expand_as(unit), upper=False)
+    assert_matches_reference(inverse, solved, 1e-12, "inverse")
+
+
+@pytest.mark.parametrize("decay", DECAYS)
+def test_weighted_scores_written_out_backward_matches_autograd(decay):
+    """The decay-weighted scores and L's lower part (:func:`weighted_scores`) against the same forward left to
+    autograd: values and the gradients of q·k scores, keys, β and the log decays' cumsum, with gradients that, as
+    the solve's backward gives them, are zero on and above L's diagonal; and finite differences."""
+    n, chunks, c, m = 2, 3, 6, 4
+    k = F.normalize(torch.randn(n, chunks, c, m, dtype=torch.float64), dim=-1).requires_grad_()
+    q = torch.randn(n, chunks, c, m, dtype=torch.float64, requires_grad=True)
+    beta = torch.rand(n, chunks, c, 1, dtype=torch.float64).requires_grad_()
+    log_decay = None if DECAYS[decay] is None else DECAYS[decay]((n, chunks, c, 1), torch.float64)
+    b = None if log_decay is None else log_decay.cumsum(-2).requires_grad_()
+    position = torch.arange(c)
+    future = position[:, None] < position
+    d_scores, d_lower = torch.randn(n, chunks, c, c, dtype=torch.float64), torch.randn(n, chunks, c, c).tril(-1)
+    leaves_ = [x for x in (q, k, beta, b) if x is not None]
+    grads = []
+    for op in (weighted_scores, weighted_scores_autograd):
+        scores, lower = op(q @ k.transpose(-1, -2), k, beta, b, future)
+        grads.append((scores, lower, torch.autograd.grad((scores, lower), leaves_, (d_scores, d_lower.double()))))
+    (scores, lower, got), (ref_scores, ref_lower, want) = grads
+    assert_matches_reference(scores, ref_scores, 1e-13, "scores")
+    assert_matches_reference(lower.tril(-1), ref_lower.tril(-1), 1e-13, "lower")
+    for name, g, w in zip(("q", "k", "beta", "b"), got, want):
+        assert_matches_reference(g, w, 1e-12, f"d{name}")
+
+    def below_diagonal(q, k, beta, *b):
+        scores, lower = weighted_scores(q @ k.transpose(-1, -2), k, beta, b[0] if b else None, future)
+        return scores, lower.tril(-1)
+    assert torch.autograd.gradcheck(below_diagonal, tuple(leaves_))
 
 
 @pytest.mark.parametrize("decay", ["none", "strong"])

@@ -1,5 +1,6 @@
 """The delta rule (DeltaNet, and Gated DeltaNet with ``log_decay``) chunked for training: O(T) time and memory,
-gradients by autograd.
+backward written out for the decay-weighted scores (:func:`weighted_scores`) and the solve and loop over chunks
+(:func:`.utils.solve_and_carry`), the rest by autograd.
 
     S_t = exp(g_t) (I - β_t k_t k_t^T) S_{t-1} + β_t k_t v_t^T,    o_t = S_t^T q_t
 
@@ -87,27 +88,77 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[
         return in_chunks(x, n, chunk, dtype)
 
     q, k, v, beta = split(q), split(k), split(v), split(beta.unsqueeze(-1))  # beta: N x chunks x C x 1
-    keys_weighted = beta * k  # diag(β) K
-    # L's lower part, unmasked: the solve reads only what lies below the diagonal (and gives it the gradient)
-    lower = torch.matmul(keys_weighted, k.transpose(-1, -2))
-    scores = torch.matmul(q, k.transpose(-1, -2))
     # masks from an index comparison: a batched tril_ runs a parallel loop over the batch even for tiny
     # matrices, which cost milliseconds per call on busy cores (measured on 2 shared cores)
     position = torch.arange(chunk, device=q.device)
     future = position[:, None] < position
-    if log_decay is None:
-        scores = scores.masked_fill_(future, 0.0)  # tril(Q K^T)
-        q_carried, k_into_state, state_decay = q, k, None
+    b = None if log_decay is None else split(log_decay.unsqueeze(-1)).cumsum(-2)  # N x chunks x C x 1, per chunk
+    scores, lower = weighted_scores(torch.matmul(q, k.transpose(-1, -2)), k, beta, b, future)
+    if b is None:
+        keys_weighted, q_carried, k_into_state, state_decay = beta * k, q, k, None
     else:
-        b = split(log_decay.unsqueeze(-1)).cumsum(-2)  # N x chunks x C x 1, within each chunk
-        # Γ_ij = exp(b_i - b_j) for j <= i, 0 above: exp(-inf), which nothing can overflow, nor its gradient
-        within = torch.exp((b - b.transpose(-1, -2)).masked_fill_(future, -math.inf))
         gamma = torch.exp(b)
-        scores = scores * within
-        lower = lower * within
-        keys_weighted = keys_weighted * gamma  # diag(β γ) K
+        keys_weighted = (beta * gamma) * k  # diag(β γ) K (the C x 1 factors multiplied first: one pass over K)
         q_carried = q * gamma  # diag(γ) Q
         k_into_state = k * torch.exp(b[..., -1:, :] - b)  # K ⊙ exp(b_C - b)
         state_decay = gamma[..., -1:, :]  # γ_C: N x chunks x 1 x 1
     out, state = solve_and_carry(lower, keys_weighted, beta * v, q_carried, scores, k_into_state, state_decay, state)
     return out.flatten(1, 2)[:, :length], state
+
+
+def weighted_scores(scores: Tensor, k: Tensor, beta: Tensor, b: Optional[Tensor], future: Tensor
+                    ) -> Tuple[Tensor, Tensor]:
+    """(Q K^T ⊙ Γ, diag(β) (K K^T) ⊙ Γ): the output's scores and L's lower part (of which the solve reads only what
+    lies below the diagonal), weighted by the decays within each chunk, Γ_ij = exp(b_i - b_j) for j <= i and 0
+    above (b: the log decays' cumsum within the chunk, N x chunks x C x 1; None: Γ is the causal mask). Γ is exp of
+    a nonpositive number (above the diagonal exp(-inf) = 0), so no decay, however strong, can overflow it or its
+    gradient. The backward is written out (:class:`_WeightedScores`); :func:`weighted_scores_autograd` is the same
+    forward left to autograd, its tested reference."""
+    return _WeightedScores.apply(scores, k, beta, b, future)
+
+
+def _within_chunk(b: Optional[Tensor], future: Tensor, like: Tensor) -> Tensor:
+    """Γ: ``exp(b_i - b_j)`` below and on the diagonal, 0 above (the causal mask itself when ``b`` is None)."""
+    if b is None:
+        return (~future).to(like.dtype)
+    return torch.exp((b - b.transpose(-1, -2)).masked_fill(future, -math.inf))
+
+
+class _WeightedScores(torch.autograd.Function):
+    """:func:`weighted_scores` with its backward written out. With S_w = S ⊙ Γ and L = β ⊙ (K K^T) ⊙ Γ, given their
+    gradients dS_w and dL (dL is zero on and above the diagonal: the solve's backward reads only below it):
+
+        dS = dS_w ⊙ Γ,   P = dL ⊙ (K K^T ⊙ Γ),   dβ = rowsum(P),   dK = (D + D^T) K with D = β ⊙ dL ⊙ Γ,
+        db = rowsum(G) - colsum(G) with G = dS_w ⊙ S_w + β ⊙ P (every entry is proportional to exp(b_i - b_j))
+
+    The Gram matrix's two products in the backward (D K and D^T K, as autograd makes them) are one here."""
+
+    @staticmethod
+    def forward(ctx, scores, k, beta, b, future):
+        within = _within_chunk(b, future, scores)
+        ctx.mark_dirty(scores)  # weighted in place: a fresh product nothing else reads
+        weighted_scores = scores.mul_(within)
+        gram_weighted = torch.matmul(k, k.transpose(-1, -2)).mul_(within)
+        ctx.save_for_backward(k, within, beta, weighted_scores, gram_weighted)
+        ctx.decayed = b is not None
+        return weighted_scores, gram_weighted * beta
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_scores, d_lower):
+        k, within, beta, weighted_scores, gram_weighted = ctx.saved_tensors
+        p = d_lower * gram_weighted
+        d_b = None
+        if ctx.decayed:
+            g = torch.addcmul(d_scores * weighted_scores, p, beta)
+            d_b = (g.sum(-1) - g.sum(-2)).unsqueeze(-1)
+        d_gram = (d_lower * within).mul_(beta)
+        d_k = torch.matmul(d_gram + d_gram.transpose(-1, -2), k)
+        return d_scores * within, d_k, p.sum(-1, keepdim=True), d_b, None
+
+
+def weighted_scores_autograd(scores: Tensor, k: Tensor, beta: Tensor, b: Optional[Tensor], future: Tensor
+                             ) -> Tuple[Tensor, Tensor]:
+    """:func:`weighted_scores` in plain autograd operations: the reference its written-out backward is tested against."""
+    within = _within_chunk(b, future, scores)
+    return scores * within, beta * torch.matmul(k, k.transpose(-1, -2)) * within
