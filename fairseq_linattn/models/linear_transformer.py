@@ -128,7 +128,21 @@ class CrossAttendingDecoderLayer(DecoderLayer):
         return attn if attn is not None else super().build_encoder_attention(embed_dim, cfg)
 
 
-class LinearTransformerTranslationDecoder(SwappedAttentionDecoder):
+class StepsWithoutWeights:
+    """For a fairseq TransformerDecoder: a decoding step returns no attention weights unless a layer is named.
+    fairseq's decoder returns the last layer's weights over the source at every step, and its SequenceGenerator keeps
+    them all (hypotheses x source x target so far) and reorders that buffer at every step, a cost that grows with
+    the target length (at 2,048 source and target tokens, beam 5, most of a step's time; measured). A full forward
+    returns them as fairseq's does, and ``fairseq-generate --print-alignment`` takes them from one (the model's
+    ``full_context_alignment``). bench_translation gives fairseq's transformer the same, to compare like with like."""
+
+    def extract_features(self, prev_output_tokens, *args, **kwargs):
+        if kwargs.get("incremental_state") is not None and kwargs.get("alignment_layer") is None:
+            kwargs["alignment_layer"] = self.num_layers  # past the last layer: none
+        return super().extract_features(prev_output_tokens, *args, **kwargs)
+
+
+class LinearTransformerTranslationDecoder(StepsWithoutWeights, SwappedAttentionDecoder):
     """fairseq's TransformerDecoder (with encoder attention) whose self-attention is ``--linear-attention``'s
     mechanism, and whose attention over the source is kernel attention unless ``--cross-attention softmax``."""
 
@@ -159,6 +173,10 @@ class LinearTransformerTranslationDecoder(SwappedAttentionDecoder):
 @register_model("linear_transformer")
 class LinearTransformerModel(PluginModel, TransformerModel):
     """fairseq's ``transformer`` (``--task translation``) with kernel attention; see the module doc."""
+
+    # alignments (--print-alignment) from a full forward of each hypothesis: decoding steps return no attention
+    # weights (StepsWithoutWeights)
+    full_context_alignment = True
 
     @classmethod
     def attention_stack(cls):

@@ -46,6 +46,10 @@ def test_quick_run_writes_the_tables(tmp_path):
         assert 0 <= run["sacrebleu"]["BLEU"]["score"] <= 100 and 0 <= run["sacrebleu"]["chrF2"]["score"] <= 100
         assert run["beam1"]["sentences"] == run["beam5"]["sentences"] == study["pairs"]["test"]  # none dropped
         assert set(study["speed_at_length"][name]) == {"64", "256"}
+    # the baseline timed twice: as fairseq decodes it, and with steps that return no attention weights
+    assert set(study["speed_at_length"]["softmax, steps without weights"]) == {"64", "256"}
     assert (out / "translation.png").stat().st_size > 10_000
     assert "generation speed-up of softmax-enc+gated-delta over softmax, beam 5" in proc.stdout
+    assert "generation speed-up of softmax-enc+gated-delta over softmax, steps without weights, beam 5" in proc.stdout
+    assert "| softmax, steps without weights ms/token |" in markdown
     assert "| softmax-enc+gated-delta |" in markdown

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 from fairseq.modules import MultiheadAttention
-from fairseq.sequence_generator import SequenceGenerator
+from fairseq.sequence_generator import SequenceGenerator, SequenceGeneratorWithAlignment
 
 from fairseq_linattn.attention import KernelAttention, KernelCrossAttention
 from fairseq_linattn.attention.causal_softmax import CausalSoftmaxAttention
@@ -188,6 +188,42 @@ def assert_beam_search_scores_equal_the_parallel_forward(model, task, src, lengt
                 logits, _ = model(src[i : i + 1], lengths[i : i + 1], prev)
                 log_probs = torch.log_softmax(logits.float(), -1)[0].gather(-1, target[:, None])[:, 0]
             torch.testing.assert_close(hypo["positional_scores"], log_probs, atol=1e-4, rtol=1e-4)
+
+
+def test_decoding_steps_return_no_attention_weights_and_alignments_come_from_a_full_forward():
+    """A decoding step returns no weights over the source unless a layer is named (fairseq's generator would keep
+    every step's, a buffer of source x target per hypothesis reordered at every step); named, the step's weights are
+    those of the full forward, which is where --print-alignment's come from (full_context_alignment)."""
+    model, task = translation_model(defaults={})  # softmax cross-attention: it has weights
+    src, lengths = source_batch(task)
+    prev = torch.randint(4, len(task.dictionary) - 1, (3, 6))
+    prev[:, 0] = task.dictionary.eos()
+    last = model.decoder.num_layers - 1
+    with torch.no_grad():
+        encoder_out = model.encoder(src, src_lengths=lengths)
+        _, full = model(src, lengths, prev)
+        state, named = {}, []
+        for t in range(prev.size(1)):
+            _, unnamed = model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=copy.deepcopy(state))
+            assert unnamed["attn"] == [None]
+            _, step = model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state,
+                                    alignment_layer=last)
+            named.append(step["attn"][0][:, -1])
+    assert full["attn"][0].shape == (3, prev.size(1), src.size(1))
+    torch.testing.assert_close(torch.stack(named, 1), full["attn"][0], atol=1e-5, rtol=1e-4)
+
+    sample = {"net_input": {"src_tokens": src, "src_lengths": lengths}}
+    with torch.no_grad():
+        plain = SequenceGenerator([model], task.target_dictionary, beam_size=2, min_len=3, max_len_b=5)
+        plain = plain.generate([model], sample)
+        aligned = SequenceGeneratorWithAlignment([model], task.target_dictionary, beam_size=2, min_len=3,
+                                                 max_len_b=5, print_alignment="hard").generate([model], sample)
+    assert all(hypo["attention"].numel() == 0 for beams in plain for hypo in beams)
+    for beams, aligned_beams in zip(plain, aligned):
+        for hypo, aligned_hypo in zip(beams, aligned_beams):
+            assert torch.equal(hypo["tokens"], aligned_hypo["tokens"])
+            words = len(hypo["tokens"]) - 1  # every target token but </s> aligned to a source word
+            assert sorted(t for _, t in aligned_hypo["alignment"]) == list(range(words))
 
 
 # ---------------------------------------------------------------------------------------------- attention per role
