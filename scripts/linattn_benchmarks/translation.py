@@ -18,6 +18,7 @@ differs. Then:
     python scripts/bench_translation.py           # the default scale (about 30 minutes on 2 CPU cores)
     python scripts/bench_translation.py --models softmax,softmax-enc+gated-delta   # linear_transformer's roles
 """
+import argparse
 import json
 import re
 import shutil
@@ -119,8 +120,20 @@ class TranslationBenchmark(Study):
         parser.add_argument("--seed", type=positive_int, default=1, help="every training run's seed (default 1)")
         parser.add_argument("--locale-dir", action="append",
                             help="where the message catalogs are (default: the system's locale folders)")
+        parser.add_argument("--retime", type=earlier_run, metavar="JSON",
+                            help="time the generation at length again for an earlier run (its translation.json; its "
+                                 "checkpoints, where its --work-dir put them), keeping its training and scores: "
+                                 "nothing is trained, generated or deleted")
+
+    def problem(self, args) -> str:
+        if args.retime and (args.quick or args.updates or args.seed != 1 or args.models != list(DEFAULT_MODELS)):
+            return "--retime takes the earlier run's models, budget and seed: give it no --quick, --models, " \
+                   "--updates or --seed"
+        return ""
 
     def measure(self, args, data):
+        if args.retime:
+            return retime(args.retime, data)
         scale = SCALES["quick" if args.quick else args.scale]
         scale = replace(scale, updates=args.updates or scale.updates, seed=args.seed)
         work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
@@ -137,8 +150,7 @@ class TranslationBenchmark(Study):
         for name in models:
             arch, extra = MODELS[name]
             out["models"][name] = self.train_and_score(work, data_bin, scale, name, arch, extra)
-        out["speed_at_length"] = speed_at_length(
-            {name: work / "checkpoints" / name / "checkpoint_best.pt" for name in models}, data_bin, scale)
+        out["speed_at_length"] = speed_at_length({name: checkpoint(work, name) for name in models}, data_bin, scale)
         out["total_s"] = round(time.time() - started, 1)
         data["results"] = [{"case": name} for name in out["models"]]
 
@@ -173,6 +185,37 @@ class TranslationBenchmark(Study):
 
     def plot(self, data):
         return plot(data)
+
+
+def earlier_run(path: str) -> Dict:
+    """--retime: an earlier run's results (translation.json), with the checkpoints of its models still in place."""
+    try:
+        earlier = json.loads(Path(path).read_text())
+        study, args = earlier["study"], earlier["args"]
+    except (OSError, ValueError, KeyError) as error:
+        raise argparse.ArgumentTypeError(f"{path} is not a translation.json written by this benchmark ({error})")
+    work = Path(args["work_dir"]) / ("quick" if args["quick"] else args["scale"])
+    missing = [str(checkpoint(work, name)) for name in study["models"] if not checkpoint(work, name).exists()]
+    if missing:
+        raise argparse.ArgumentTypeError(f"{path}: the run's checkpoint {missing[0]} is gone (its work folder was "
+                                         "deleted or moved): nothing to time")
+    return {**earlier, "path": path, "work": str(work)}
+
+
+def checkpoint(work: Path, name: str) -> Path:
+    return work / "checkpoints" / name / "checkpoint_best.pt"
+
+
+def retime(earlier: Dict, data: Dict):
+    """The earlier run's study with its generation at length timed again (this machine, this call's load)."""
+    study = earlier["study"]
+    scale = Scale(**{k: tuple(v) if isinstance(v, list) else v for k, v in study["scale"].items()})
+    work = Path(earlier["work"])
+    speed = speed_at_length({name: checkpoint(work, name) for name in study["models"]}, work / "data-bin", scale)
+    data["study"] = {**study, "speed_at_length": speed, "retimed_from": earlier["path"]}
+    data["results"] = earlier["results"]
+    # the training run's command line (its work folder: what a later --retime of this file reads), and this call's
+    data["args"] = {**earlier["args"], "retime": earlier["path"], "threads": data["args"]["threads"]}
 
 
 def equal_decoder_ffn(options: List[str], s: Scale) -> int:
@@ -309,8 +352,10 @@ def render(data) -> Tuple[str, List[str]]:
                 return f"{speed[name][length][b]:.2f} ({ratios})"
             rows.append([length, int(length) // 2, b, *(f"{speed[base][length][b]:.2f}" for base in baselines),
                          *(cell(name) for name in others)])
+    retimed = (f"; timed again by `--retime {study['retimed_from']}` with that run's checkpoints: training, scores "
+               "and sentences/s are that run's, the machine line is this call's") if "retimed_from" in study else ""
     lines += ["**Generation speed at length** (one sentence; source and target L/2 tokens each; ms per generated "
-              "token, fairseq's SequenceGenerator; in brackets the speed-up over " + " / ".join(baselines)
+              f"token, fairseq's SequenceGenerator{retimed}; in brackets the speed-up over " + " / ".join(baselines)
               + ("; *steps without weights*: fairseq's transformer with decoding steps that return no attention "
                  "weights, as linear_transformer's do, so that the generator keeps no source x target buffer"
                  if len(baselines) > 1 else "") + "):", "",

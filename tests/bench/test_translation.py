@@ -25,6 +25,22 @@ def test_the_budget_and_seed_come_from_the_command_line(capsys):
     assert "--updates" in capsys.readouterr().err
 
 
+def test_retime_refuses_what_it_cannot_time_in_one_line(tmp_path, capsys):
+    """--retime: a file that is not a results file, one whose checkpoints are gone, and options it would ignore."""
+    (tmp_path / "other.json").write_text("{}")
+    gone = {"args": {"work_dir": str(tmp_path / "nope"), "quick": False, "scale": "default"},
+            "study": {"models": {"softmax": {}}}, "results": []}
+    (tmp_path / "gone.json").write_text(json.dumps(gone))
+    for argv, expected in (([str(tmp_path / "other.json")], "is not a translation.json"),
+                           ([str(tmp_path / "gone.json")], "checkpoint_best.pt is gone"),
+                           ([str(tmp_path / "gone.json"), "--seed", "2"], None)):
+        with pytest.raises(SystemExit):
+            parse_args(TranslationBenchmark(), ["--retime", *argv])
+        last = capsys.readouterr().err.strip().splitlines()[-1]  # argparse's usage, then its one error line
+        assert ": error: " in last and (expected is None or expected in last), last
+
+
+
 @pytest.mark.slow
 def test_quick_run_writes_the_tables(tmp_path):
     locale = numbered_catalogs(tmp_path / "locale", catalogs=20, per_catalog=40)
@@ -52,4 +68,15 @@ def test_quick_run_writes_the_tables(tmp_path):
     assert "generation speed-up of softmax-enc+gated-delta over softmax, beam 5" in proc.stdout
     assert "generation speed-up of softmax-enc+gated-delta over softmax, steps without weights, beam 5" in proc.stdout
     assert "| softmax, steps without weights ms/token |" in markdown
+
+    # the generation timed again from the run's checkpoints, the rest kept
+    retimed = tmp_path / "retimed"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_translation.py"), "--retime",
+                           str(out / "translation.json"), "--out", str(retimed), "--max-wait", "0"],
+                          capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    again = json.loads((retimed / "translation.json").read_text())
+    assert again["study"]["models"] == study["models"] and again["args"]["work_dir"] == str(work)
+    assert set(again["study"]["speed_at_length"]) == set(study["speed_at_length"])
+    assert "timed again by `--retime" in (retimed / "translation.md").read_text()
     assert "| softmax-enc+gated-delta |" in markdown
