@@ -24,10 +24,11 @@ DECAYS = {
     "mild": lambda shape, dtype: F.logsigmoid(torch.randn(shape, dtype=dtype)),
     "strong": lambda shape, dtype: F.logsigmoid(torch.randn(shape, dtype=dtype) * 32 - 16),
 }
-# (decay shape, how GLA's intra-chunk scores are formed): "auto" is the op's own choice, "explicit" forces the
-# explicit weights for every sub-chunk (FACTOR_LIMIT below any decay)
-KINDS = [("scalar", "auto"), ("per_dim", "auto"), ("per_dim", "explicit")]
-KIND_IDS = ["scalar", "per_dim", "per_dim-explicit"]
+# (decay shape, how GLA's intra-chunk scores are formed): "auto" is the op's own choice (one product per chunk for
+# chunks that decay by at most FACTOR_LIMIT, else by sub-chunks), "sub-chunks" forces the sub-chunks, "explicit"
+# the explicit weights for every sub-chunk (FACTOR_LIMIT below any decay)
+KINDS = [("scalar", "auto"), ("per_dim", "auto"), ("per_dim", "sub-chunks"), ("per_dim", "explicit")]
+KIND_IDS = ["scalar", "per_dim", "per_dim-sub-chunks", "per_dim-explicit"]
 NAMES = ("q", "k", "v", "log_decay", "initial_state")
 
 
@@ -36,8 +37,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
 
 @pytest.fixture
 def force_path(monkeypatch):
-    """force_path("explicit") makes every sub-chunk take the explicit weights; "auto" leaves the choice alone."""
+    """force_path("explicit") makes every sub-chunk take the explicit weights, "sub-chunks" every chunk go by
+    sub-chunks; "auto" leaves the choice alone."""
     def force(path):
+        if path in ("sub-chunks", "explicit"):
+            monkeypatch.setattr(gla_chunk, "WHOLE_CHUNK_LIMIT", -1.0)
         if path == "explicit":
             monkeypatch.setattr(gla_chunk, "FACTOR_LIMIT", -1.0)
     return force
@@ -114,17 +118,20 @@ def test_chunk_float32_matches_float64(decay, shape, path, force_path):
 
 @pytest.mark.parametrize("queries", [(), (2,)], ids=["one query set", "two stacked"])
 @pytest.mark.parametrize("chunk", [8, 32])
-def test_score_backward_matches_autograd(queries, chunk):
-    """The per-dimension scores with their written-out backward against the same forward left to autograd: values
-    and the gradients of the queries (one set, or two stacked against the same keys), keys and cumulative decays,
-    in float64; and finite differences on the written-out one."""
+@pytest.mark.parametrize("path,written_out", [("auto", "_WholeChunkScores"), ("sub-chunks", "_IntraChunkScores")],
+                         ids=["whole chunk", "sub-chunks"])
+def test_score_backward_matches_autograd(queries, chunk, path, written_out, force_path):
+    """The per-dimension scores with their written-out backward (one product per chunk, or by sub-chunks) against
+    the same forward left to autograd: values and the gradients of the queries (one set, or two stacked against the
+    same keys), keys and cumulative decays, in float64; and finite differences on the written-out one."""
+    force_path(path)
     n, chunks, m = 2, 3, 4
     q = torch.randn(*queries, n, chunks, chunk, m, dtype=torch.float64, requires_grad=True)
     k = torch.randn(n, chunks, chunk, m, dtype=torch.float64, requires_grad=True)
     b = F.logsigmoid(torch.randn(n, chunks, chunk, m, dtype=torch.float64)).cumsum(-2).requires_grad_()
     ours = gla_chunk.intra_chunk_scores(q, k, b)
     ref = gla_chunk.intra_chunk_scores_autograd(q, k, b)
-    assert ours.grad_fn.name() != ref.grad_fn.name()  # the written-out one, not the reference, was measured
+    assert ours.grad_fn.name().startswith(written_out)  # the written-out one, not the reference, was measured
     assert_matches_reference(ours, ref, 1e-13, "scores")
     assert_grads_match_reference(ours, ref, [q, k, b], 1e-12, ["q", "k", "b"])
     small = [x.detach()[..., :1, :, :].clone().requires_grad_() for x in (q, k, b)]

@@ -31,9 +31,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
 
 @pytest.fixture
 def force_explicit(monkeypatch):
-    """Every sub-chunk's score weights formed explicitly (GLA's FACTOR_LIMIT below any decay)."""
+    """Every sub-chunk's score weights formed explicitly (GLA's FACTOR_LIMIT, and its whole-chunk limit, below any
+    decay)."""
     def force():
         monkeypatch.setattr(gla_chunk, "FACTOR_LIMIT", -1.0)
+        monkeypatch.setattr(gla_chunk, "WHOLE_CHUNK_LIMIT", -1.0)
     return force
 
 

@@ -10,8 +10,9 @@ j <= i) and S_0 the state entering it:
 
 Every exponent there is <= 0, so nothing overflows whatever the decay (GLA's gates can be far below 1); the
 naive factorisation (Q ⊙ exp(b)) (K ⊙ exp(-b))^T would overflow within a chunk. For one decay per head and
-step (RetNet) A is (Q K^T) ⊙ exp(b_i - b_j). For one per key dimension (GLA) the exponent depends on m, so A is
-built from sub-chunks of ``SUB_CHUNK`` tokens (Yang et al. 2024's secondary chunking): between sub-chunks, the
+step (RetNet) A is (Q K^T) ⊙ exp(b_i - b_j). For one per key dimension (GLA) the exponent depends on m: a chunk
+that decays by at most ``FACTOR_LIMIT`` is one product with factors measured from its first position; a faster
+decaying one is built from sub-chunks of ``SUB_CHUNK`` tokens (Yang et al. 2024's secondary chunking): between sub-chunks, the
 queries of sub-chunk I and the earlier keys are measured against b at I's first position (both factors <= 1:
 one product per sub-chunk); inside a sub-chunk the SUB_CHUNK x SUB_CHUNK x M weights are formed explicitly.
 
@@ -30,6 +31,7 @@ from .utils import check_gated_inputs
 
 SUB_CHUNK = 16
 FACTOR_LIMIT = 60.0  # exp(60) ~ 1e26: far from fp32's 3e38, and its inverse far from underflow
+WHOLE_CHUNK_LIMIT = FACTOR_LIMIT  # a chunk decaying by at most this takes one product (tests lower it to force sub-chunks)
 
 
 def chunk_gated_linear_attention(
@@ -103,22 +105,65 @@ def intra_chunk_scores(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
     ``q`` may carry extra leading dims (several query sets against the same keys: ``G x N x chunks x C x M`` gives
     ``G x N x chunks x C x C``), so that the keys are weighted once for all of them.
 
-    Row block I (the queries of sub-chunk I) is one product against the keys up to its end, both measured
+    A chunk that decays by at most ``FACTOR_LIMIT`` in every dimension is one product (:class:`_WholeChunkScores`:
+    queries and keys measured against b at the chunk's first position). Otherwise, by sub-chunks:
+    row block I (the queries of sub-chunk I) is one product against the keys up to its end, both measured
     against r = b at I's first position: q_i exp(b_i - r) <= 1 and, for earlier keys, k_j exp(r - b_j) <= 1.
     The keys of I itself get exp(r - b_j) >= 1, at most exp(the decay inside one sub-chunk): below
     ``FACTOR_LIMIT`` that is exact in floating point, and the backward is written out (:class:`_IntraChunkScores`);
     a sub-chunk that decays more than that (gates of about exp(-4) on every one of its steps) gets its weights
     formed explicitly instead, with autograd's backward (:func:`intra_chunk_scores_autograd`)."""
-    if _decays_too_fast(b):
+    whole_chunk, sub_chunk = _decay_spans(b)
+    if whole_chunk <= WHOLE_CHUNK_LIMIT:  # the usual case: one product for the whole chunk
+        return _WholeChunkScores.apply(q, k, b)
+    if sub_chunk > FACTOR_LIMIT:
         return intra_chunk_scores_autograd(q, k, b, explicit=True)
     return _IntraChunkScores.apply(q, k, b)
+
+
+def _decay_spans(b: Tensor) -> Tuple[float, float]:
+    """The most that any chunk, and any sub-chunk, of the cumulative log decays ``b`` (N x chunks x C x M) decays
+    by (one host sync for both)."""
+    bs = b.unflatten(-2, (-1, min(SUB_CHUNK, b.size(-2))))
+    spans = torch.stack([(b[..., 0, :] - b[..., -1, :]).max(), (bs[..., 0, :] - bs[..., -1, :]).max()])
+    whole_chunk, sub_chunk = spans.tolist()
+    return whole_chunk, sub_chunk
 
 
 def _decays_too_fast(b: Tensor) -> bool:
     """Whether some sub-chunk of the cumulative log decays ``b`` (N x chunks x C x M) decays by more than
     ``FACTOR_LIMIT``: its scores must then be formed explicitly (one host sync)."""
-    bs = b.unflatten(-2, (-1, min(SUB_CHUNK, b.size(-2))))
-    return bool((bs[..., 0, :] - bs[..., -1, :]).max() > FACTOR_LIMIT)
+    return _decay_spans(b)[1] > FACTOR_LIMIT
+
+
+class _WholeChunkScores(torch.autograd.Function):
+    """:func:`intra_chunk_scores` for chunks that decay by at most ``FACTOR_LIMIT``: queries and keys measured
+    against r = b at the chunk's first position, q_i exp(b_i - r) <= 1 and k_j exp(r - b_j) <= exp(FACTOR_LIMIT),
+    then one product, the future masked. A scaled factor keeps its relative precision, and the products below the
+    diagonal are the weights' own size; above it (masked, and given no gradient) they stay below fp32's range. The
+    backward is the product's, and db = Σ q ⊙ dq - k ⊙ dk as for :class:`_IntraChunkScores` (r cancels)."""
+
+    @staticmethod
+    def forward(ctx, q, k, b):
+        first = b[..., :1, :]
+        q_factors, k_factors = torch.exp(b - first), torch.exp(first - b)
+        q_scaled, k_scaled = q * q_factors, k * k_factors
+        future = _above_diagonal(b.size(-2), b.device)
+        out = torch.matmul(q_scaled, k_scaled.transpose(-1, -2)).masked_fill_(future, 0.0)
+        ctx.save_for_backward(q, k, q_factors, k_factors, q_scaled, k_scaled)
+        ctx.future = future
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        q, k, q_factors, k_factors, q_scaled, k_scaled = ctx.saved_tensors
+        d_out = d_out.masked_fill(ctx.future, 0.0)
+        d_q = torch.matmul(d_out, k_scaled).mul_(q_factors)
+        d_k_scaled = torch.matmul(d_out.transpose(-1, -2), q_scaled)
+        d_k = d_k_scaled.sum_to_size(k.shape).mul_(k_factors)  # summed over stacked query sets
+        d_b = (q * d_q).sum_to_size(k.shape) - k * d_k
+        return d_q, d_k, d_b
 
 
 def _sub_chunks(q: Tensor, k: Tensor, b: Tensor) -> Tuple[int, Tensor, Tensor, Tensor, Tensor, Tensor]:
