@@ -36,7 +36,9 @@ def in_chunks(x: Tensor, n: int, chunk: int, dtype: torch.dtype) -> Tensor:
     length = x.size(-2)
     chunks = -(-length // chunk)
     x = x.reshape(n, length, x.size(-1)).to(dtype)
-    return F.pad(x, (0, 0, 0, chunks * chunk - length)).view(n, chunks, chunk, x.size(-1))
+    if chunks * chunk > length:  # F.pad copies even when there is nothing to add
+        x = F.pad(x, (0, 0, 0, chunks * chunk - length))
+    return x.reshape(n, chunks, chunk, x.size(-1))
 
 
 def solve_and_carry(lower: Tensor, erase_keys: Tensor, values: Tensor, q_carried: Tensor, scores: Tensor,

@@ -69,7 +69,9 @@ def chunk_gated_linear_attention(
 
     def blocks(x: Tensor) -> Tensor:  # ... x T x F -> N x chunks x C x F in the compute dtype
         x = x.to(dtype).reshape(-1, length, x.size(-1))
-        return F.pad(x, (0, 0, 0, pad)).view(x.size(0), chunks, chunk, x.size(-1))
+        if pad:  # F.pad copies even when there is nothing to add
+            x = F.pad(x, (0, 0, 0, pad))
+        return x.reshape(x.size(0), chunks, chunk, x.size(-1))
 
     q, k, v, g = blocks(q), blocks(k), blocks(v), blocks(log_decay)
     b = g.cumsum(2)  # N x chunks x C x (1 or M)
