@@ -19,6 +19,7 @@ differs. Then:
     python scripts/bench_translation.py --models softmax,softmax-enc+gated-delta   # linear_transformer's roles
 """
 import argparse
+import copy
 import json
 import re
 import shutil
@@ -285,10 +286,9 @@ def speed_at_length(checkpoints: Dict[str, Path], data_bin: Path, s: Scale) -> D
         models, _, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data_bin)})
         loaded[name] = (models[0].eval(), task)
         if name == SOFTMAX:  # and once more, its steps without weights
-            twin, _, _ = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides={"data": str(data_bin)})
-            decoder = twin[0].decoder
-            decoder.__class__ = type("StepsWithoutWeightsDecoder", (StepsWithoutWeights, type(decoder)), {})
-            loaded[SOFTMAX_STEPS] = (twin[0].eval(), task)
+            twin = copy.deepcopy(models[0])
+            twin.decoder.__class__ = type("StepsWithoutWeightsDecoder", (StepsWithoutWeights, type(twin.decoder)), {})
+            loaded[SOFTMAX_STEPS] = (twin.eval(), task)
     results: Dict[str, Dict] = {name: {} for name in loaded}
     for length in s.lengths:
         half = length // 2
