@@ -37,6 +37,7 @@ from ..attention.decay_init import DEFAULT_DECAY_INIT
 from ..attention.kernel import KernelAttention
 from ..attention.options import KERNEL_ATTENTION
 from .archs import register_archs
+from .decoding import ReadsSourceOnce, StepsWithoutWeights, share_source
 from .layers import DecoderLayer, SwappedAttentionDecoder, SwappedAttentionEncoder, wrap_layer
 from .plugin_model import PluginModel
 
@@ -125,21 +126,15 @@ class CrossAttendingDecoderLayer(DecoderLayer):
     def build_encoder_attention(self, embed_dim, cfg):
         attn = self._pending_encoder_attn.pop()
         del self._pending_encoder_attn
-        return attn if attn is not None else super().build_encoder_attention(embed_dim, cfg)
+        return attn if attn is not None else share_source(super().build_encoder_attention(embed_dim, cfg))
 
 
-class StepsWithoutWeights:
-    """For a fairseq TransformerDecoder: a decoding step returns no attention weights unless a layer is named.
-    fairseq's decoder returns the last layer's weights over the source at every step, and its SequenceGenerator keeps
-    them all (hypotheses x source x target so far) and reorders that buffer at every step, a cost that grows with
-    the target length (at 2,048 source and target tokens, beam 5, most of a step's time; measured). A full forward
-    returns them as fairseq's does, and ``fairseq-generate --print-alignment`` takes them from one (the model's
-    ``full_context_alignment``). bench_translation gives fairseq's transformer the same, to compare like with like."""
+class SharedSourceEncoder(ReadsSourceOnce, TransformerEncoder):
+    """fairseq's TransformerEncoder, its output kept one row per sentence in beam search (softmax cross-attention)."""
 
-    def extract_features(self, prev_output_tokens, *args, **kwargs):
-        if kwargs.get("incremental_state") is not None and kwargs.get("alignment_layer") is None:
-            kwargs["alignment_layer"] = self.num_layers  # past the last layer: none
-        return super().extract_features(prev_output_tokens, *args, **kwargs)
+
+class SharedSourceLinearTransformerEncoder(ReadsSourceOnce, LinearTransformerEncoder):
+    """The kernel encoder, its output kept one row per sentence in beam search (softmax cross-attention)."""
 
 
 class LinearTransformerTranslationDecoder(StepsWithoutWeights, SwappedAttentionDecoder):
@@ -221,9 +216,14 @@ class LinearTransformerModel(PluginModel, TransformerModel):
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
-        if encoder_attention_kind(args) == "softmax":
-            return TransformerEncoder(args, src_dict, embed_tokens)  # fairseq's own
-        return LinearTransformerEncoder(args, src_dict, embed_tokens)
+        # fairseq's own encoder or the kernel one; with softmax cross-attention (SharedSourceAttention), decoding
+        # keeps their output one row per sentence instead of one per hypothesis (.decoding)
+        kernel_encoder = encoder_attention_kind(args) == "kernel"
+        if cross_attention_kind(args) == "softmax":
+            encoder = SharedSourceLinearTransformerEncoder if kernel_encoder else SharedSourceEncoder
+        else:
+            encoder = LinearTransformerEncoder if kernel_encoder else TransformerEncoder  # fairseq's own
+        return encoder(args, src_dict, embed_tokens)
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):

@@ -63,11 +63,11 @@ def test_quick_run_writes_the_tables(tmp_path):
         assert run["beam1"]["sentences"] == run["beam5"]["sentences"] == study["pairs"]["test"]  # none dropped
         assert set(study["speed_at_length"][name]) == {"64", "256"}
     # the baseline timed twice: as fairseq decodes it, and with steps that return no attention weights
-    assert set(study["speed_at_length"]["softmax, steps without weights"]) == {"64", "256"}
+    assert set(study["speed_at_length"]["softmax, lean decoding"]) == {"64", "256"}
     assert (out / "translation.png").stat().st_size > 10_000
     assert "generation speed-up of softmax-enc+gated-delta over softmax, beam 5" in proc.stdout
-    assert "generation speed-up of softmax-enc+gated-delta over softmax, steps without weights, beam 5" in proc.stdout
-    assert "| softmax, steps without weights ms/token |" in markdown
+    assert "generation speed-up of softmax-enc+gated-delta over softmax, lean decoding, beam 5" in proc.stdout
+    assert "| softmax, lean decoding ms/token |" in markdown
 
     # the generation timed again from the run's checkpoints, the rest kept
     retimed = tmp_path / "retimed"

@@ -33,8 +33,9 @@ def catalog_data(tmp_path_factory):
 def linear_mt(catalog_data, tmp_path_factory):
     save = tmp_path_factory.mktemp("linear_mt")
     log = run("fairseq-train", catalog_data, "--user-dir", USER_DIR, *TRAIN, "--max-update", "8", "--save-dir", save)
-    # the defaults: fairseq's encoder layer, a gated-delta decoder, softmax over the source
-    assert "(self_attn): GatedDeltaNetAttention(" in log and "(encoder_attn): MultiheadAttention(" in log, log[-4000:]
+    # the defaults: fairseq's encoder layer, a gated-delta decoder, softmax over the source (fairseq's attention, its
+    # cache one row per sentence in beam search: SharedSourceAttention)
+    assert "(self_attn): GatedDeltaNetAttention(" in log and "(encoder_attn): SharedSourceAttention(" in log, log[-4000:]
     assert "KernelAttention" not in log and "KernelCrossAttention" not in log
     (save / SPM).write_bytes((catalog_data / SPM).read_bytes())  # the hub looks for it beside the checkpoint
     return save
@@ -111,7 +112,7 @@ def test_kernel_attention_in_every_role(catalog_data, tmp_path):
               tmp_path, "--encoder-attention", "kernel", "--linear-attention", "kernel", "--cross-attention", "kernel",
               "--feature-map", "favor")
     assert "(encoder_attn): KernelCrossAttention(" in log and "causal=True, chunk_size=64" in log, log[-4000:]
-    assert "GatedDeltaNetAttention" not in log and "(encoder_attn): MultiheadAttention(" not in log
+    assert "GatedDeltaNetAttention" not in log and "(encoder_attn): SharedSourceAttention(" not in log
     run("fairseq-generate", catalog_data, "--user-dir", USER_DIR, "--path", tmp_path / "checkpoint_last.pt",
         "--gen-subset", "valid", "--beam", "5", "--batch-size", "16", "--cpu", "--max-len-b", "10")
 

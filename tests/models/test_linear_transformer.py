@@ -13,6 +13,7 @@ from fairseq_linattn.attention.feature_maps import FEATURE_MAPS
 from fairseq_linattn.attention.ops.linear_attn import linear_attention_reference
 from fairseq_linattn.attention.ops.linear_attn.bidirectional import attend_to_summary, summarise
 from fairseq_linattn.attention.recurrent_state import linear_attentions
+from fairseq_linattn.models.decoding import SharedSourceAttention
 
 from .builders import build
 
@@ -39,7 +40,7 @@ def test_the_defaults_are_the_configuration_closest_to_softmax():
     model, _ = translation_model(defaults={})
     assert all(type(layer.self_attn) is MultiheadAttention for layer in model.encoder.layers)
     assert all(type(layer.self_attn) is GatedDeltaNetAttention for layer in model.decoder.layers)
-    assert all(type(layer.encoder_attn) is MultiheadAttention for layer in model.decoder.layers)
+    assert all(type(layer.encoder_attn) is SharedSourceAttention for layer in model.decoder.layers)  # fairseq's
 
 
 def source_batch(task, lengths=(9, 6, 3)):
@@ -91,7 +92,7 @@ def test_cross_attention_comes_from_the_factory_or_is_fairseqs_softmax():
     assert all(isinstance(layer.self_attn, KernelAttention) and layer.self_attn.causal for layer in layers)
     assert all(not layer.self_attn.causal for layer in model.encoder.layers)
     softmax, _ = translation_model(cross_attention="softmax")
-    assert all(type(layer.encoder_attn) is MultiheadAttention for layer in softmax.decoder.layers)
+    assert all(type(layer.encoder_attn) is SharedSourceAttention for layer in softmax.decoder.layers)
 
 
 # ---------------------------------------------------------------------------------------------- decoding
@@ -256,7 +257,7 @@ def test_each_role_gets_its_own_attention(roles):
         assert all(isinstance(attn, KernelAttention) and not attn.causal for attn in encoder_self)
     cross = [layer.encoder_attn for layer in model.decoder.layers]
     if roles.get("cross_attention") == "softmax":
-        assert all(type(attn) is MultiheadAttention for attn in cross)
+        assert all(type(attn) is SharedSourceAttention for attn in cross)
     else:
         assert all(isinstance(attn, KernelCrossAttention) for attn in cross)
         expected_map = FEATURE_MAPS[roles.get("feature_map", "elu")]
