@@ -335,6 +335,8 @@ class QualityBenchmark(Study):
                             help="the Linformer length part's k at every n (default: the scale's)")
         parser.add_argument("--layers", type=positive_int, default=None,
                             help="every model's layers (default: the scale's; the hybrids' layout needs a multiple of 4)")
+        parser.add_argument("--mlm-updates", type=positive_int, default=None,
+                            help="the masked LMs' updates (default: the scale's; its learning-rate schedule follows)")
         parser.add_argument("--extrapolation", type=positive_int, default=None,
                             help="the extrapolation part evaluates over this many training lengths (default: the "
                                  "scale's, 4); perplexity by position in ranges of n/2")
@@ -344,6 +346,7 @@ class QualityBenchmark(Study):
         scale = replace(SCALES["quick" if args.quick else args.scale], seed=args.seed)
         return replace(scale, lengths=tuple(args.lengths or scale.lengths), fixed_k=args.fixed_k or scale.fixed_k,
                        layers=args.layers or scale.layers, extrapolation=args.extrapolation or scale.extrapolation,
+                       mlm_updates=args.mlm_updates or scale.mlm_updates,
                        # ranges of n/2 positions at any length, as the default 4x in 8
                        buckets=2 * args.extrapolation if args.extrapolation else scale.buckets)
 

@@ -31,6 +31,9 @@ def test_the_length_part_takes_its_n_and_k_from_the_command_line(capsys):
     args = parse_args(QualityBenchmark(), ["--lengths", "256,512,1024,2048", "--fixed-k", "128"])
     scale = QualityBenchmark.scale(args)
     assert scale.lengths == (256, 512, 1024, 2048) and scale.fixed_k == 128 and scale.dim == 128  # the rest: default's
+    assert scale.mlm_updates == 500
+    longer = QualityBenchmark.scale(parse_args(QualityBenchmark(), ["--fixed-k", "128", "--mlm-updates", "1500"]))
+    assert longer.mlm_updates == 1500 and longer.lm_updates == scale.lm_updates
     with pytest.raises(SystemExit):  # k at or above an n compresses nothing: one argparse error line
         parse_args(QualityBenchmark(), ["--lengths", "128,256", "--fixed-k", "128"])
     assert "error: --fixed-k 128 is not below n = 128" in capsys.readouterr().err
