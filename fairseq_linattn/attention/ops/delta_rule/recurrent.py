@@ -38,7 +38,13 @@ def _step(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[Ten
     both in the state's dtype."""
     dtype = state.dtype
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-    carried = state if log_decay is None else state * torch.exp(log_decay.to(dtype)).unsqueeze(-1)  # α S
-    u = beta.to(dtype).unsqueeze(-1) * (v - torch.matmul(k, carried))  # β (v - α S^T k), as ... x 1 x D
-    state = torch.addcmul(carried, k.transpose(-1, -2), u)  # α S + k u^T
+    if log_decay is None:
+        u = beta.to(dtype).unsqueeze(-1) * (v - torch.matmul(k, state))  # β (v - S^T k), as ... x 1 x D
+        state = torch.addcmul(state, k.transpose(-1, -2), u)  # S + k u^T
+    else:
+        alpha = torch.exp(log_decay.to(dtype)).unsqueeze(-1)  # ... x 1 x 1
+        u = beta.to(dtype).unsqueeze(-1) * (v - alpha * torch.matmul(k, state))  # β (v - α S^T k)
+        # α S + k u^T written into the one new state-sized tensor (not α S first: at many hypotheses the state is
+        # megabytes, and a second fresh one per step cost 40% more; measured at 160 x 4 heads of 64 x 64)
+        state = (k.transpose(-1, -2) * u).addcmul_(state, alpha)
     return torch.matmul(q, state), state

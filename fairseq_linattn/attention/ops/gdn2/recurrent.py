@@ -25,7 +25,8 @@ def recurrent_gdn2_step(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, eras
     check_gdn2_inputs(q, k, v, log_decay, erase, write)
     state, out_dtype = matrix_state(state, q, v), v.dtype
     q, k, v, log_decay, erase, write = (x.to(state.dtype) for x in (q, k, v, log_decay, erase, write))
-    carried = state * torch.exp(log_decay).transpose(-1, -2)  # D S: ... x M x D times ... x (M or 1) x 1
-    u = write * v - torch.matmul(erase * k, carried)  # w ⊙ v - (D S)^T (b ⊙ k), as ... x 1 x D
-    state = torch.addcmul(carried, k.transpose(-1, -2), u)  # D S + k u^T
+    decay = torch.exp(log_decay)  # the diagonal of D: ... x 1 x (M or 1)
+    u = write * v - torch.matmul(erase * k * decay, state)  # w ⊙ v - (D S)^T (b ⊙ k) = w ⊙ v - S^T (D b ⊙ k)
+    # D S + k u^T written into one new state-sized tensor (D S is never formed: see the delta rule's step)
+    state = (k.transpose(-1, -2) * u).addcmul_(state, decay.transpose(-1, -2))
     return torch.matmul(q, state).to(out_dtype), state
