@@ -104,6 +104,10 @@ HYBRIDS = {f"hybrid-{name}": ("linear_transformer_lm", ["--linear-attention", ",
            for name in ("gated-delta", "kda")}
 HYBRIDS["hybrid-gated-delta-window64"] = ("linear_transformer_lm",
                                           [*HYBRIDS["hybrid-gated-delta"][1], "--softmax-window", "64"])
+# and without positional embeddings, as the recurrent mechanisms do best (their softmax layer then knows positions only
+# through the recurrent layers and the convolutions below it, as in Jamba)
+HYBRIDS.update({f"{name}-nopos": (arch, [*extra, "--no-token-positional-embeddings"])
+                for name, (arch, extra) in list(HYBRIDS.items()) if "window" not in name})
 LM_MODELS.update(HYBRIDS)
 # the models whose FFN pays for the output gate (every layer of a hybrid has one, its softmax layer too)
 OUTPUT_GATED = (SOFTMAX_CONV_GATE, LINEAR_CONV_GATE, *GATED_MECHANISMS, *PAST_LENGTH, *HYBRIDS)

@@ -14,7 +14,7 @@ from linattn_benchmarks.fairseq_runs import (
     seconds_per_update,
     valid_curve,
 )
-from linattn_benchmarks.quality import GATED_MECHANISMS, MechanismQualityBenchmark, QualityBenchmark
+from linattn_benchmarks.quality import GATED_MECHANISMS, HYBRIDS, OUTPUT_GATED, MechanismQualityBenchmark, QualityBenchmark
 from linattn_benchmarks.runner import ROOT, parse_args
 
 TRAIN_LOG = """\
@@ -49,6 +49,16 @@ def test_the_mechanism_study_takes_depth_length_and_hybrids_from_the_command_lin
         parse_args(MechanismQualityBenchmark(), ["--models", "hybrid-kda"])
     assert "error: --models hybrid-kda is a 3:1 layout and the scale has 2 layers: add --layers 4" in (
         capsys.readouterr().err)
+    with pytest.raises(SystemExit):
+        parse_args(MechanismQualityBenchmark(), ["--models", "hybrid-kda-nopos"])
+    assert "error: --models hybrid-kda-nopos is a 3:1 layout" in capsys.readouterr().err
+
+
+def test_the_hybrids_without_positions_are_the_hybrids_with_one_option_more():
+    for name in ("hybrid-kda", "hybrid-gated-delta"):
+        arch, extra = HYBRIDS[f"{name}-nopos"]
+        assert (arch, extra) == (HYBRIDS[name][0], [*HYBRIDS[name][1], "--no-token-positional-embeddings"])
+        assert f"{name}-nopos" in OUTPUT_GATED  # its FFN pays for the output gate, as the hybrid's does
 
 
 def test_logs_read_back():
