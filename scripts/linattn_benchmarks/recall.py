@@ -252,7 +252,8 @@ class RecallBenchmark(Study):
                  f"{s.valid_lines} lines per split (chance: 1/{s.num_keys}), the model the run ends with. "
                  f"Training took {sum(r['train_seconds'] for r in study['runs']) / 60:.0f} min in all (runs an earlier call "
                  f"finished are read back).", "",
-                 "**Learning rates** (accuracy on " + s.headline + f" at d_model {s.lr_width}, seed {s.seeds[0]}):", "",
+                 "**Learning rates** (accuracy on " + s.headline + f" at d_model {s.lr_width}, seed {s.seeds[0]}; "
+                 "–: not run):", "",
                  md_table(["model", *[f"lr {lr:g}" for lr in s.lrs], "best lr"],
                           [[m, *[tried_cell(r["tried"], lr) for lr in s.lrs], f"{r['best']:g}"]
                            for m, r in study["lr_search"].items()]), ""]
