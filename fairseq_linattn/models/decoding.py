@@ -88,8 +88,9 @@ class SharedSourceAttention(MultiheadAttention):
         incremental_state = kwargs.get("incremental_state")
         if incremental_state is not None:
             buffer = self._get_input_buffer(incremental_state)
-            buffer[ROWS_PER_SOURCE] = torch.tensor(query.size(1) // buffer["prev_key"].size(0))
-            self._set_input_buffer(incremental_state, buffer)
+            if ROWS_PER_SOURCE not in buffer:  # the first step; later, only a reorder changes it
+                buffer[ROWS_PER_SOURCE] = torch.tensor(query.size(1) // buffer["prev_key"].size(0))
+                self._set_input_buffer(incremental_state, buffer)
         return out
 
     def reorder_incremental_state(self, incremental_state, new_order):
