@@ -10,6 +10,9 @@
 4. ``gpu_decoding``: decoding tokens/s up to 64K positions, batch 1 and 64, and each model's cache per layer
    (a constant state against the KV cache).
 
+fla-core's kernels are tuned by Triton's autotuner as ``--autotune`` says (default ``quick``: every configuration,
+each timed for 5 + 20 ms, :mod:`.autotune`); scripts/gpu_warm_kernels.py compiles them beforehand.
+
 Times: CUDA events around each call, the median of ``--repeats`` after ``--warmup`` calls; memory: the peak
 allocated during one call above what was allocated before it. A case that runs out of memory is reported as
 such, and a case slower than ``--max-seconds`` per call is not run at larger n. ``python scripts/bench_gpu.py
@@ -109,12 +112,17 @@ class Timer:
         return result
 
 
+AUTOTUNE = "quick"  # --autotune: how fla-core's kernels were tuned, said in every table
+AUTOTUNE_TEXT = {"quick": "fla-core's kernels autotuned over every configuration, 5 + 20 ms each",
+                 "full": "fla-core's kernels autotuned as Triton does (25 + 100 ms per configuration)"}
+
+
 def device_line() -> str:
     if DEVICE != "cuda":
         return "CPU dry run (not a measurement)"
     props = torch.cuda.get_device_properties(0)
     return (f"{torch.cuda.get_device_name()} ({props.total_memory / 2**30:.0f} GiB, {props.multi_processor_count} "
-            f"SMs), torch {torch.__version__}, CUDA {torch.version.cuda}, bf16")
+            f"SMs), torch {torch.__version__}, CUDA {torch.version.cuda}, bf16; {AUTOTUNE_TEXT[AUTOTUNE]}")
 
 
 def ratio(a: Dict, b: Dict, key: str) -> Optional[float]:
@@ -562,6 +570,9 @@ def main(argv=None):
     parser.add_argument("--batches", type=ints, default=ints("1,64"))
     parser.add_argument("--decode-shape", type=ints, default=ints("6,768,12"), help="layers,dim,heads")
     parser.add_argument("--vocab", type=int, default=8192)
+    parser.add_argument("--autotune", default="quick",
+                        help="fla-core's autotuning: quick (every configuration, 5 + 20 ms each; default) or full "
+                             "(Triton's 25 + 100 ms)")
     parser.add_argument("--render", nargs="+", metavar="JSON", type=existing_file,
                         help="write the tables' markdown and figures again from their JSON (gpu_<table>.json), "
                              "e.g. one that a stopped run left; measures nothing")
@@ -575,7 +586,10 @@ def main(argv=None):
                 data = json.load(f)
             write_table(args.out, data)
         return
-    global DEVICE
+    global DEVICE, AUTOTUNE
+    if args.autotune not in ("quick", "full"):
+        parser.error(f"--autotune {args.autotune}: expected quick or full")
+    AUTOTUNE = args.autotune
     if args.cpu_dry_run:
         DEVICE, args.quick = "cpu", True
     elif not torch.cuda.is_available():
@@ -583,6 +597,10 @@ def main(argv=None):
                      "CPU ones; --cpu-dry-run checks this script without a GPU)")
     elif not fla_kernels.available():
         parser.error("fla-core is not installed: pip install .[gpu] (scripts/gpu_run.sh installs the carried wheel)")
+    else:
+        from .autotune import set_mode
+
+        set_mode(AUTOTUNE)
     if args.quick:
         args.lengths_linformer, args.ks, args.lengths_ops = [512, 1024], [128, 256], [256, 512]
         args.lengths_lm, args.positions, args.batches = [512, 1024], [256, 2048], [1, 8]

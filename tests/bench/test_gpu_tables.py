@@ -53,3 +53,33 @@ def test_without_a_gpu_it_says_what_to_do():
     assert proc.returncode == 2 and "error: no CUDA device" in proc.stderr and "--cpu-dry-run" in proc.stderr
     proc = run("--tables", "ops,speed")
     assert proc.returncode == 2 and "unknown table(s) speed" in proc.stderr
+
+
+WARM = os.path.join(ROOT, "scripts", "gpu_warm_kernels.py")
+
+
+@pytest.mark.slow
+def test_kernel_warmup_dry_run_shares_the_workload_out_among_its_workers():
+    """Every worker runs the benchmarks' items (its shard of each kernel's configurations on a GPU) and its share
+    of the tests' items; fp32 in a second group (IEEE fp32 on a GPU). Here on our ops: a check of the script."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, WARM, "--cpu-dry-run", "--workers", "2", "--dtypes", "bf16,fp32"],
+                          capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    done = [line for line in proc.stdout.splitlines() if line.startswith("warm ")]
+    assert "FAILED" not in proc.stdout
+    for worker in ("0/2", "1/2"):
+        assert sum(f"warm {worker}: ops table:" in line for line in done) == 5
+        assert sum(f"warm {worker}: decoding:" in line for line in done) == 7
+    tests = [line.split(": ", 1)[1] for line in done if ": tests: " in line]
+    assert sorted(tests) == sorted(set(tests)) and len(tests) == 14  # 7 cases x 2 dtypes, each once
+    assert "warm-up: 2 workers, bf16, fp32" in proc.stdout and "0 worker(s) with failures" in proc.stdout
+
+
+@pytest.mark.slow
+def test_kernel_warmup_without_a_gpu_says_what_to_do():
+    proc = subprocess.run([sys.executable, WARM], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 2 and "error: no CUDA device" in proc.stderr and "--cpu-dry-run" in proc.stderr
+    proc = subprocess.run([sys.executable, WARM, "--dtypes", "bf16,int8"], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert proc.returncode == 2 and "expected a comma-separated list of bf16, fp16, fp32" in proc.stderr

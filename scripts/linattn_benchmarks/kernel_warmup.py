@@ -1,0 +1,174 @@
+"""Compile fla-core's kernels before the CUDA tests and the GPU benchmarks ask for them, on every core at once.
+
+Triton compiles one configuration at a time on one core, and fla-core tunes each kernel over up to 48: on a fresh
+GPU machine that, not the measuring, filled three leases (results/gpu_cuda_tests.md). Here N worker processes run the
+same small workload, each with its shard of every kernel's configurations (:mod:`.autotune`, ``I/N``), so that
+together they compile every configuration the benchmarks' search will time, into Triton's on-disk cache that later
+processes read; the tests' kernels (their first configuration, autotune mode ``first``) are shared out among the
+workers. The workload: every causal op of tests/gpu/cases.py and of the ops table (forward, backward, a prompt
+then decoding steps), at the shapes' compile-time variants (a length that is a multiple of 16 and one that is not,
+head dim 64), in each dtype asked for. fp32 compiles under ``TRITON_F32_DEFAULT=ieee``, as the fp32 tests run.
+
+    python scripts/gpu_warm_kernels.py [--dtypes bf16,fp16,fp32] [--workers N] [--timeout S]
+
+``--cpu-dry-run`` runs the workload's code on the CPU (our ops, no Triton, fla-core's own calls left out): a check
+of this script, which compiles nothing.
+"""
+import argparse
+import contextlib
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Callable, List, Tuple
+
+ROOT = Path(__file__).resolve().parents[2]
+DTYPES = ("bf16", "fp16", "fp32")
+HEAD_DIM = 64
+IEEE = {"TRITON_F32_DEFAULT": "ieee"}  # the fp32 tests' setting; Triton keys its cache on it
+DEVICE = "cuda"  # --cpu-dry-run: "cpu"
+
+
+def benchmark_items() -> List[Tuple[str, Callable[[], object]]]:
+    """What the GPU tables' searches will tune (bf16): the ops table's calls, ours and fla-core's own, forward and
+    backward, and each case's decoding (a chunked prompt, then fused recurrent steps)."""
+    import torch
+
+    from tests.gpu.cases import CASES, make
+
+    from . import gpu
+
+    gpu.DEVICE = DEVICE  # the ops table's inputs are made there
+    items = []
+    for name, (ours, direct, inputs) in gpu.op_cases().items():
+        def ops(ours=ours, direct=direct, inputs=inputs):
+            q, k, v = (torch.randn(1, 2, 1024, HEAD_DIM, device=DEVICE, dtype=gpu.DTYPE, requires_grad=True)
+                       for _ in range(3))
+            qq, kk, vv, extras = inputs(q, k, v)
+            ours(qq, kk, vv, extras).float().sum().backward()
+            if DEVICE == "cuda":
+                direct(qq, kk, vv, extras).float().sum().backward()
+
+        items.append((f"ops table: {name}", ops))
+    for name in CASES:
+        def decoding(name=name):
+            case = make(name, 1, 2, 66, HEAD_DIM, gpu.DTYPE, DEVICE, torch.Generator().manual_seed(0), grad=False)
+            with torch.no_grad():
+                case.decode(prompt=64)
+
+        items.append((f"decoding: {name}", decoding))
+    return items
+
+
+def test_items(dtype_name: str) -> List[Tuple[str, Callable[[], object]]]:
+    """What tests/gpu/test_cuda_fla.py runs in ``dtype_name``, at small lengths: forward (with and without
+    gradients, from an initial state), backward, a prompt and decoding steps."""
+    import torch
+
+    from fairseq_linattn.attention.ops import fla_kernels
+    from tests.gpu.cases import CASES, make
+
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
+    mode = "all" if dtype_name == "fp32" else "auto"
+    items = []
+    for name in CASES:
+        def run(name=name):
+            g = torch.Generator().manual_seed(0)
+            with fla_kernels.use_fla(mode):
+                for n in (1000, 1024):  # Triton compiles lengths that are multiples of 16 apart
+                    case = make(name, 2, 2, n, HEAD_DIM, dtype, DEVICE, g)
+                    state = case.initial_state(g)
+                    with torch.no_grad():
+                        case.run(case.tensors, state, return_state=True)
+                    case.run(case.tensors, state).float().sum().backward()
+                with torch.no_grad():
+                    make(name, 2, 2, 33, HEAD_DIM, dtype, DEVICE, g, grad=False).decode(prompt=29)
+
+        items.append((f"tests: {name} {dtype_name}", run))
+    return items
+
+
+def work(shard: int, shards: int, dtypes: List[str]) -> int:
+    """One worker: the benchmarks' items with shard ``shard`` of every kernel's configurations, then its share of
+    the tests' items at their first configuration. Returns the number of items that failed (each is reported)."""
+    sys.path.insert(0, str(ROOT))
+    from . import autotune
+
+    items = []
+    if any(d != "fp32" for d in dtypes):
+        items += [(f"{shard}/{shards}", item) for item in benchmark_items()]
+    tests = [item for d in dtypes for item in test_items(d)]
+    items += [("first", item) for item in tests[shard::shards]]
+    failed = 0
+    for mode, (label, run) in items:
+        start = time.time()
+        try:
+            with autotune.mode(mode) if DEVICE == "cuda" else contextlib.nullcontext():
+                run()
+            print(f"warm {shard}/{shards}: {label} ({mode}) {time.time() - start:.1f} s", flush=True)
+        except Exception:  # a kernel this Triton cannot build: the test or benchmark will report it in context
+            failed += 1
+            print(f"warm {shard}/{shards}: {label} ({mode}) FAILED\n{traceback.format_exc()}", flush=True)
+    return failed
+
+
+def spawn(workers: int, dtypes: List[str], env: dict, deadline: float) -> int:
+    """Start ``workers`` workers on ``dtypes`` and wait for them (until ``deadline``); returns how many failed."""
+    dry_run = ["--cpu-dry-run"] if DEVICE == "cpu" else []
+    procs = [subprocess.Popen([sys.executable, "-m", "linattn_benchmarks.kernel_warmup", "--worker", f"{i}/{workers}",
+                               "--dtypes", ",".join(dtypes), *dry_run], env={**os.environ, **env},
+                              cwd=Path(__file__).resolve().parents[1]) for i in range(workers)]
+    failed = 0
+    for proc in procs:
+        try:
+            failed += proc.wait(timeout=max(deadline - time.time(), 0.1)) != 0
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            failed += 1
+    return failed
+
+
+def dtype_list(text: str) -> List[str]:
+    names = [x for x in text.split(",") if x]
+    unknown = [x for x in names if x not in DTYPES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"dtypes {text!r}: expected a comma-separated list of {', '.join(DTYPES)}")
+    return names
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dtypes", type=dtype_list, default=list(DTYPES), help="the tests' dtypes to compile for")
+    parser.add_argument("--workers", type=int, default=os.cpu_count(), help="processes (default: one per core)")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds for the whole warm-up (default 300)")
+    parser.add_argument("--cpu-dry-run", action="store_true",
+                        help="run the workload's code on the CPU (a check of this script; compiles nothing)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)  # I/N: run as worker I of N
+    args = parser.parse_args(argv)
+    global DEVICE
+    if args.cpu_dry_run:
+        DEVICE = "cpu"
+    if args.worker:
+        shard, shards = (int(x) for x in args.worker.split("/"))
+        sys.exit(1 if work(shard, shards, args.dtypes) else 0)
+    import torch
+
+    if not (args.cpu_dry_run or torch.cuda.is_available()):
+        parser.error("no CUDA device: this compiles fla-core's GPU kernels (--cpu-dry-run checks the script here)")
+    if args.workers < 1:
+        parser.error(f"--workers {args.workers}: expected at least 1")
+    start = time.time()
+    deadline = start + args.timeout
+    half = [d for d in args.dtypes if d != "fp32"]
+    failed = spawn(args.workers, half, {}, deadline) if half else 0
+    if "fp32" in args.dtypes:
+        failed += spawn(args.workers, ["fp32"], IEEE, deadline)
+    print(f"warm-up: {args.workers} workers, {', '.join(args.dtypes)}, {time.time() - start:.0f} s, "
+          f"{failed} worker(s) with failures or out of time", flush=True)
+    return failed
+
+
+if __name__ == "__main__":
+    main()
