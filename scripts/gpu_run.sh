@@ -2,7 +2,7 @@
 # On a GPU machine without network (Python 3.12 with torch, triton, numpy, sentencepiece, sacrebleu, pytest and
 # matplotlib): install the wheels scripts/gpu_gather.sh carried in .gpu/wheels, compile fla-core's kernels on every core
 # (scripts/gpu_warm_kernels.py: Triton otherwise compiles them one at a time inside the tests and benchmarks, which
-# filled three leases), then, in one go, the CUDA tests (each kernel at its first working configuration) and the
+# filled two leases), then, in one go, the CUDA tests (each kernel at its first working configuration) and the
 # fp16/bf16 training check (side by side: neither is timed), then the GPU benchmarks alone on the GPU.
 # Everything lands in $OUT (or the folder given as the first argument): logs, the tests' measured differences,
 # results/gpu_*.md/.json/.png, packed into gpu.tar.gz after each stage, so that a run cut short returns what it did.

@@ -1,9 +1,9 @@
 """fla-core's autotuning inside a device lease: three ways to spend less of it compiling and timing.
 
 fla-core autotunes each Triton kernel over up to 48 configurations (block sizes x warps x stages); Triton compiles
-them one after another on one core and times each for 125 ms. A fresh machine pays that again for every kernel, dtype
-and shape key: three 15-minute leases went mostly to it (results/gpu_cuda_tests.md). Each mode below patches Triton's
-``Autotuner`` in this process only:
+them one after another on one core and times each for 125 ms. A fresh machine pays that again for every kernel,
+dtype and shape key: two 15-minute leases (four calls) went mostly to it (results/gpu_cuda_tests.md). Each mode
+below patches Triton's ``Autotuner`` in this process only:
 
 * ``first``: each kernel runs its first configuration that compiles and runs, timing none. The CUDA tests: a
   kernel must be right under any configuration it accepts, and the test compiles one per kernel;

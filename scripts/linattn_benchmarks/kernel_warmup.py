@@ -1,13 +1,14 @@
 """Compile fla-core's kernels before the CUDA tests and the GPU benchmarks ask for them, on every core at once.
 
 Triton compiles one configuration at a time on one core, and fla-core tunes each kernel over up to 48: on a fresh
-GPU machine that, not the measuring, filled three leases (results/gpu_cuda_tests.md). Here N worker processes run the
-same small workload, each with its shard of every kernel's configurations (:mod:`.autotune`, ``I/N``), so that
-together they compile every configuration the benchmarks' search will time, into Triton's on-disk cache that later
-processes read; the tests' kernels (their first configuration, autotune mode ``first``) are shared out among the
-workers. The workload: every causal op of tests/gpu/cases.py and of the ops table (forward, backward, a prompt
-then decoding steps), at the shapes' compile-time variants (a length that is a multiple of 16 and one that is not,
-head dim 64), in each dtype asked for. fp32 compiles under ``TRITON_F32_DEFAULT=ieee``, as the fp32 tests run.
+GPU machine that, not the measuring, filled two leases, four device calls (results/gpu_cuda_tests.md). Here N worker
+processes run the same small workload, each with its shard of every kernel's configurations (:mod:`.autotune`,
+``I/N``), so that together they compile every configuration the benchmarks' search will time, into Triton's on-disk
+cache that later processes read; the tests' kernels (their first configuration, autotune mode ``first``) are shared
+out among the workers. The workload: every causal op of tests/gpu/cases.py and of the ops table (forward, backward,
+a prompt then decoding steps), at the shapes' compile-time variants (a length that is a multiple of 16 and one that
+is not, head dim 64), in each dtype asked for. fp32 compiles under ``TRITON_F32_DEFAULT=ieee``, as the fp32 tests
+run.
 
     python scripts/gpu_warm_kernels.py [--dtypes bf16,fp16,fp32] [--workers N] [--timeout S]
 
