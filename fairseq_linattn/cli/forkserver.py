@@ -139,10 +139,12 @@ def _send(conn, message):
 
 
 def _kill_group(pid):
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """The command's process group and the command itself (just forked, it may not have made its group yet)."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _child(request, fds):
@@ -247,13 +249,16 @@ def request(path, argv, *, env, cwd, streams, kind="console", code=None, timeout
         started = json.loads(replies.readline())
         if "refused" in started:
             raise Refused(started["refused"])
-        if on_start is not None:
-            on_start(started["pid"])
-        ready, _, _ = select.select([conn], [], [], timeout)
-        if not ready:
-            _kill_group(started["pid"])
-            raise TimeoutError(f"{os.path.basename(str(argv[0]))} still running after {timeout} s")
-        return json.loads(replies.readline())["returncode"]
+        try:
+            if on_start is not None:
+                on_start(started["pid"])
+            ready, _, _ = select.select([conn], [], [], timeout)
+            if not ready:
+                raise TimeoutError(f"{os.path.basename(str(argv[0]))} still running after {timeout} s")
+            return json.loads(replies.readline())["returncode"]
+        except BaseException:  # past its time, or the caller interrupted (Ctrl-C, SIGTERM as SystemExit): the
+            _kill_group(started["pid"])  # command has its own session, so nothing else would stop it
+            raise
 
 
 class ForkServer:

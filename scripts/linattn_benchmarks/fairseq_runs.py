@@ -55,10 +55,14 @@ def fairseq(command: str, *args, log: Path, echo: Optional[re.Pattern] = PROGRES
     else:  # the log is written as the command runs (tail -f it to follow a long run)
         with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=full_env) as proc, \
                 open(log, "w") as out:
-            for line in proc.stdout:
-                keep(line)
-                out.write(line)
-                out.flush()
+            try:
+                for line in proc.stdout:
+                    keep(line)
+                    out.write(line)
+                    out.flush()
+            except BaseException:  # interrupted: the command must not go on writing a log a later call reads
+                proc.kill()
+                raise
         returncode = proc.returncode
     if returncode != 0:
         raise FairseqError(f"{command} failed (exit {returncode}); full log: {log}\n{''.join(lines[-30:])}")

@@ -11,9 +11,12 @@ to render the results; :func:`run` does the rest:
 * the machine line, the markdown, JSON and PNG in ``results/``, the verdicts printed last.
 """
 import argparse
+import contextlib
 import gc
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Union
@@ -198,8 +201,27 @@ def start(args) -> Dict:
     return {"machine": info, "wait": wait, "load_start": machine.loadavg(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
+@contextlib.contextmanager
+def exit_on_sigterm():
+    """Within the block SIGTERM (kill, a scheduler) ends the benchmark as Ctrl-C does, unwinding: the fairseq
+    commands it started are killed on the way out (:func:`.fairseq_runs.fairseq`) instead of running on unseen."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run(benchmark: Benchmark, argv: Optional[List[str]] = None) -> Dict:
     args = parse_args(benchmark, argv)
+    with exit_on_sigterm():
+        return _run(benchmark, args)
+
+
+def _run(benchmark: Benchmark, args) -> Dict:
     data = {**start(args), "args": vars(args), "results": []}
     print(machine.machine_line(data["machine"], data["load_start"], data["load_start"]), flush=True)
     if isinstance(benchmark, Study):

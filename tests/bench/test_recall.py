@@ -80,3 +80,56 @@ def test_quick_run_writes_the_tables_and_reads_finished_runs_back(tmp_path):
     assert again_study["runs"] == study["runs"]
     assert "| lr 0.0123 |" in (elsewhere / "recall.md").read_text()
     assert all("0.0123" not in r["tried"] for r in again_study["lr_search"].values())
+
+
+def training_processes(study_pid, work):
+    """The study's descendants (a real subprocess) and every process with a file under ``work`` open (a command
+    forked by the fork server, whose log is its output)."""
+    parents, found = {}, set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            parents[int(pid)] = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+            if any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(work)) for fd in os.listdir(f"/proc/{pid}/fd")):
+                found.add(int(pid))
+        except (OSError, IndexError, ValueError):  # gone, or not ours to read
+            continue
+    family = {study_pid}
+    while True:
+        more = {pid for pid, parent in parents.items() if parent in family} - family
+        if not more:
+            break
+        family |= more
+    return (found | family) - {study_pid, os.getpid()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("forked", ["0", "1"])
+def test_sigterm_stops_the_study_and_the_training_it_started(tmp_path, forked):
+    """kill (SIGTERM) of a study mid-training ends the fairseq-train it started too, forked or a real subprocess:
+    an orphan would go on writing the log that the next call of the study reads back."""
+    import signal
+    import time
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "FAIRSEQ_LINATTN_FORK_COMMANDS": forked}
+    work = tmp_path / "work"
+    study = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "bench_recall.py"), "--quick", "--updates",
+                              "100000", "--models", "gated-delta", "--threads", "1", "--max-wait", "0", "--work-dir",
+                              str(work), "--out", str(tmp_path / "out")], env=env, cwd=ROOT,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 300
+        while not any("num_updates=" in p.read_text(errors="replace") for p in work.glob("*/logs/*.log")):
+            assert study.poll() is None and time.time() < deadline, "the study ended or never trained"
+            time.sleep(1)
+        training = training_processes(study.pid, work)
+        assert training, "no training process found"
+        study.send_signal(signal.SIGTERM)
+        assert study.wait(timeout=60) == 128 + signal.SIGTERM
+        time.sleep(2)
+        alive = [pid for pid in training if os.path.exists(f"/proc/{pid}") and
+                 open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
+        assert alive == [] and training_processes(study.pid, work) == set()
+    finally:
+        study.kill()
+        for pid in training_processes(study.pid, work):
+            os.kill(pid, signal.SIGKILL)

@@ -57,6 +57,29 @@ def test_a_timeout_kills_the_command_and_what_it_started(tmp_path):
     assert not any(alive(int(pid)) for pid in pids.read_text().split())
 
 
+def test_a_caller_interrupted_while_it_waits_kills_the_command():
+    """Ctrl-C, or SIGTERM that a study turns into SystemExit, while the caller waits: the forked command has a session
+    of its own (the terminal's Ctrl-C never reaches it), so the request kills it on the way out."""
+    from fairseq_linattn.cli import forkserver
+
+    from .cli import base_env, fork_server
+
+    env = base_env(None)
+    started = []
+
+    def interrupted(pid):
+        started.append(pid)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        forkserver.request(fork_server(env).path, ["-c"], env=env, cwd=os.getcwd(), streams=(0, 1, 2), kind="code",
+                           code="import time; time.sleep(60)", on_start=interrupted)
+    deadline = time.monotonic() + 10
+    while alive(started[0]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert started and not alive(started[0])
+
+
 @pytest.mark.parametrize("fork", ["1", "0"])
 def test_the_studies_commands_run_forked_or_for_real(fork, monkeypatch, tmp_path):
     """The benchmarks' and the main job's runner and the data scripts' fairseq-preprocess: forked with
