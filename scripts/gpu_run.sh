@@ -29,7 +29,7 @@ pack() {  # results and logs so far, in one file (the device call returns at mos
   date -u
   nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv || true
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .gpu/wheels/*.whl \
-    || { echo "error: installing the carried wheels failed (run scripts/gpu_gather.sh here first)"; exit 1; }
+    || { echo "error: installing the carried wheels failed: they are for the GPU machine's CPython 3.12 (x86-64); gather them with scripts/gpu_gather.sh first"; exit 1; }
   python3 -c "import torch, triton, fairseq, fla, fairseq_linattn; print('torch', torch.__version__, 'triton', triton.__version__, 'fla', fla.__version__, torch.cuda.get_device_name())" \
     || { echo "error: the imports failed"; exit 1; }
 } 2>&1 | tee "$out/setup.log"

@@ -19,25 +19,30 @@ search would read it as its own.
 import contextlib
 import math
 import weakref
-from typing import Callable, List, Optional
+from typing import Callable, List, NamedTuple, Optional
 
 MODES = "full, quick, first or I/N (shard I of N)"
 QUICK_WARMUP_MS, QUICK_REP_MS = 5, 20
 
-_mode = "full"
-_select: Optional[Callable[[List], List]] = None  # None: every configuration (full, quick)
-_first = False  # time configurations only until one runs
-_quick = False
+
+
+class Policy(NamedTuple):
+    select: Optional[Callable[[List], List]]  # the configurations searched; None: every one
+    first: bool  # time configurations only until one runs
+    quick: bool  # time each for QUICK_WARMUP_MS + QUICK_REP_MS
+
+
+_mode, _policy = "full", Policy(None, False, False)
 _seen: "weakref.WeakSet" = weakref.WeakSet()  # autotuners that searched under a mode: reset() forgets their choices
 
 
-def parse(mode: str):
-    """(select, first, quick) for ``mode``; ValueError names the modes."""
+def parse(mode: str) -> Policy:
+    """The policy of ``mode``; ValueError names the modes."""
     mode = mode.strip().lower()
     if mode in ("full", "quick"):
-        return None, False, mode == "quick"
+        return Policy(None, False, mode == "quick")
     if mode == "first":
-        return None, True, False
+        return Policy(None, True, False)
     shard, _, shards = mode.partition("/")
     try:
         i, n = int(shard), int(shards)
@@ -45,14 +50,13 @@ def parse(mode: str):
         i = n = -1
     if not 0 <= i < n:
         raise ValueError(f"autotuning mode {mode!r}: expected {MODES}")
-    return (lambda configs: configs[i::n] if i == 0 else [configs[0], *configs[i::n]]), False, False
+    return Policy(lambda configs: configs[i::n] if i == 0 else [configs[0], *configs[i::n]], False, False)
 
 
 def set_mode(mode: str, autotuner_class=None) -> None:
     """Autotune by ``mode`` from now on in this process (patching ``autotuner_class``, Triton's by default, once)."""
-    global _mode, _select, _first, _quick
-    _select, _first, _quick = parse(mode)
-    _mode = mode.strip().lower()
+    global _mode, _policy
+    _mode, _policy = mode.strip().lower(), parse(mode)
     if autotuner_class is None:
         from triton.runtime.autotuner import Autotuner as autotuner_class
     if not getattr(autotuner_class, "_linattn_patched", False):
@@ -86,13 +90,13 @@ def _patch(cls) -> None:
         _seen.add(self)
         if not hasattr(self, "_linattn_cache_results"):
             self._linattn_cache_results = self.cache_results
-        limited = _first or _select is not None
+        limited = _policy.first or _policy.select is not None
         self.cache_results = self._linattn_cache_results and not limited  # read by run() after this call
         self._linattn_found = False
-        return configs if _select is None else _select(configs)
+        return configs if _policy.select is None else _policy.select(configs)
 
     def _bench(self, *args, config, **meta):
-        if _first and self._linattn_found:
+        if _policy.first and self._linattn_found:
             return [math.inf] * 3
         timing = bench(self, *args, config=config, **meta)
         if min(timing if isinstance(timing, (list, tuple)) else [timing]) < math.inf:
@@ -100,12 +104,12 @@ def _patch(cls) -> None:
         return timing
 
     def do_bench(self):
-        if _quick:
+        if _policy.quick:
             import triton.testing
 
             return lambda kernel_call, quantiles: triton.testing.do_bench(
                 kernel_call, warmup=QUICK_WARMUP_MS, rep=QUICK_REP_MS, quantiles=quantiles)
-        return triton_do_bench.func(self) if hasattr(triton_do_bench, "func") else triton_do_bench.fget(self)
+        return triton_do_bench.func(self)  # Triton's cached_property, uncached
 
     cls.prune_configs, cls._bench = prune_configs, _bench
     if triton_do_bench is not None:

@@ -10,6 +10,8 @@ import pytest
 from linattn_benchmarks.recall import MODELS, SCALES, SOFTMAX, RecallBenchmark, accuracy_curve, equal_ffn, parameters
 from linattn_benchmarks.runner import ROOT, parse_args
 
+from tests.e2e.processes import children, wait_gone
+
 LOG = """\
 13:26:01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 7.202 | accuracy 0.88 | ppl 147.22 | num_updates 20
 13:26:35 | INFO | L512_P64 | epoch 001 | valid on 'L512_P64' subset | loss 7.241 | accuracy 0.82 | bsz 64 | num_updates 20
@@ -83,23 +85,19 @@ def test_quick_run_writes_the_tables_and_reads_finished_runs_back(tmp_path):
 
 
 def training_processes(study_pid, work):
-    """The study's descendants (a real subprocess) and every process with a file under ``work`` open (a command
-    forked by the fork server, whose log is its output)."""
-    parents, found = {}, set()
+    """The study's descendants (a real subprocess, the fork server) and every process with a file under ``work``
+    open (a forked command, whose log is its output)."""
+    family, new = set(), [study_pid]
+    while new:
+        new = [child for pid in new for child in children(pid)]
+        family.update(new)
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            parents[int(pid)] = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
             if any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(work)) for fd in os.listdir(f"/proc/{pid}/fd")):
-                found.add(int(pid))
-        except (OSError, IndexError, ValueError):  # gone, or not ours to read
+                family.add(int(pid))
+        except OSError:  # gone, or not ours to read
             continue
-    family = {study_pid}
-    while True:
-        more = {pid for pid, parent in parents.items() if parent in family} - family
-        if not more:
-            break
-        family |= more
-    return (found | family) - {study_pid, os.getpid()}
+    return family - {study_pid, os.getpid()}
 
 
 @pytest.mark.slow
@@ -125,10 +123,8 @@ def test_sigterm_stops_the_study_and_the_training_it_started(tmp_path, forked):
         assert training, "no training process found"
         study.send_signal(signal.SIGTERM)
         assert study.wait(timeout=60) == 128 + signal.SIGTERM
-        time.sleep(2)
-        alive = [pid for pid in training if os.path.exists(f"/proc/{pid}") and
-                 open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"]
-        assert alive == [] and training_processes(study.pid, work) == set()
+        wait_gone(sorted(training), timeout=2)
+        assert training_processes(study.pid, work) == set()
     finally:
         study.kill()
         for pid in training_processes(study.pid, work):

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from .cli import USER_DIR, python, run
-from .processes import alive
+from .processes import alive, wait_gone
 
 
 def test_exit_status_arguments_and_output_are_the_commands():
@@ -74,10 +74,8 @@ def test_a_caller_interrupted_while_it_waits_kills_the_command():
     with pytest.raises(KeyboardInterrupt):
         forkserver.request(fork_server(env).path, ["-c"], env=env, cwd=os.getcwd(), streams=(0, 1, 2), kind="code",
                            code="import time; time.sleep(60)", on_start=interrupted)
-    deadline = time.monotonic() + 10
-    while alive(started[0]) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert started and not alive(started[0])
+    assert started
+    wait_gone(started, timeout=10)
 
 
 @pytest.mark.parametrize("fork", ["1", "0"])
