@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from linattn_benchmarks.recall import MODELS, SCALES, SOFTMAX, RecallBenchmark, accuracy_curve, equal_ffn, parameters
+from linattn_benchmarks.recall import MODELS, SCALES, SOFTMAX, Recall, RecallBenchmark, accuracy_curve, equal_ffn, parameters
 from linattn_benchmarks.runner import ROOT, parse_args
 
 from tests.e2e.processes import children, wait_gone
@@ -36,6 +36,25 @@ def test_the_sweep_is_sized_from_the_command_line():
     args = parse_args(study, ["--models", "softmax,gdn2", "--lrs", "2e-3,5e-4", "--widths", "64", "--seeds", "1,2"])
     s = study.scale(args)
     assert (s.models, s.lrs, s.widths, s.lr_width, s.seeds) == (("softmax", "gdn2"), (2e-3, 5e-4), (64,), 64, (1, 2))
+
+
+def test_the_learning_rate_is_searched_at_seed_1_whichever_seeds_a_call_runs(tmp_path, monkeypatch):
+    """A call for a third seed alone must use the rate seed 1 found, not search again at seed 3 (which could pick
+    another rate and compare seeds trained at different rates)."""
+    trained = []
+
+    def train(self, model, width, lr, seed):
+        trained.append((width, lr, seed))
+        return {"model": model, "width": width, "lr": lr, "seed": seed, "accuracy": {self.s.headline: lr * (seed == 1)}}
+
+    monkeypatch.setattr(Recall, "train", train)
+    study = RecallBenchmark()
+    args = parse_args(study, ["--models", "gdn2", "--lrs", "2e-3,5e-4", "--widths", "64", "--seeds", "3",
+                              "--work-dir", str(tmp_path)])
+    data = {}
+    study.measure(args, data)
+    assert trained == [(64, 2e-3, 1), (64, 5e-4, 1), (64, 2e-3, 3)]
+    assert data["study"]["lr_search"]["gdn2"]["best"] == 2e-3
 
 
 @pytest.mark.parametrize("argv", [["--lrs", "0"], ["--lrs", "fast"], ["--models", "mamba"], ["--widths", "0"]])
