@@ -86,6 +86,9 @@ class Scale:
         return max(lengths)
 
 
+# what a call chooses among the runs of one budget: not part of the budget (its work directory's name)
+SWEPT = ("widths", "lr_width", "lrs", "seeds", "models", "lr_seed")
+
 SCALES = {
     "quick": Scale(widths=(32,), lr_width=32, lrs=(1e-3, 3e-3), seeds=(1,), updates=6, lines_per_update=8,
                    train_shapes="32:4,64:8", headline="L64_P8", eval_shapes=("L128_P16",), heads=2, num_keys=32,
@@ -220,7 +223,7 @@ class RecallBenchmark(Study):
         s = self.scale(args)
         # the runs of one budget (a finished run's log is read again, not rerun: a sweep can be spread over several
         # calls, --models by --models); --fresh starts over
-        budget = {k: v for k, v in asdict(s).items() if k not in ("widths", "lr_width", "lrs", "seeds", "models")}
+        budget = {k: v for k, v in asdict(s).items() if k not in SWEPT}
         work = Path(args.work_dir) / f"{'quick' if args.quick else 'default'}-{zlib.crc32(repr(budget).encode()):08x}"
         if args.fresh:
             shutil.rmtree(work, ignore_errors=True)
