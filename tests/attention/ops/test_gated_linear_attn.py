@@ -1,6 +1,7 @@
 """The gated linear-attention ops (RetNet's decay per head and step, GLA's per key dimension) against their
 token-by-token reference: outputs, final states, gradients, continuation, the recurrent step, half precision,
-the decay's forgetting, shape errors; for GLA both ways of forming the intra-chunk scores (factorised, explicit)."""
+the decay's forgetting, shape errors; for GLA every path of the intra-chunk scores (whole chunk, sub-chunks, nested
+halves), chunk by chunk."""
 import importlib
 
 import pytest
@@ -15,20 +16,22 @@ from fairseq_linattn.attention.ops.gated_linear_attn import (
 from tests.reference import assert_grads_match_reference, assert_matches_reference
 
 gla_chunk = importlib.import_module("fairseq_linattn.attention.ops.gated_linear_attn.chunk")
+gla_scores = importlib.import_module("fairseq_linattn.attention.ops.gated_linear_attn.scores")
 
 # log decays g = log of the gate: mild (exp(g) mostly 0.2-0.8: a sub-chunk of 16 decays by far less than
 # FACTOR_LIMIT, so GLA's scores are factorised) and strong (about a third of the gates near 1, the rest far below:
-# single steps of exp(-50) and sub-chunks decaying by hundreds, so GLA's scores are formed explicitly, and the
+# single steps of exp(-50) and sub-chunks decaying by hundreds, so GLA's scores go by nested halves, and the
 # cumulative decay over a chunk underflows even float64: it must reach 0, never overflow)
 DECAYS = {
     "mild": lambda shape, dtype: F.logsigmoid(torch.randn(shape, dtype=dtype)),
     "strong": lambda shape, dtype: F.logsigmoid(torch.randn(shape, dtype=dtype) * 32 - 16),
 }
-# (decay shape, how GLA's intra-chunk scores are formed): "auto" is the op's own choice (one product per chunk for
-# chunks that decay by at most FACTOR_LIMIT, else by sub-chunks), "sub-chunks" forces the sub-chunks, "explicit"
-# the explicit weights for every sub-chunk (FACTOR_LIMIT below any decay)
-KINDS = [("scalar", "auto"), ("per_dim", "auto"), ("per_dim", "sub-chunks"), ("per_dim", "explicit")]
-KIND_IDS = ["scalar", "per_dim", "per_dim-sub-chunks", "per_dim-explicit"]
+# (decay shape, how GLA's intra-chunk scores are formed): "auto" is the op's own choice per chunk (one product for
+# a chunk that decays by at most WHOLE_CHUNK_LIMIT, by sub-chunks for one whose sub-chunks decay by at most
+# FACTOR_LIMIT, else by nested halves), "sub-chunks" forces the sub-chunks (or the halves where they would not be
+# exact), "halves" the nested halves for every chunk (both limits below any decay)
+KINDS = [("scalar", "auto"), ("per_dim", "auto"), ("per_dim", "sub-chunks"), ("per_dim", "halves")]
+KIND_IDS = ["scalar", "per_dim", "per_dim-sub-chunks", "per_dim-halves"]
 NAMES = ("q", "k", "v", "log_decay", "initial_state")
 
 
@@ -37,28 +40,14 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
 
 @pytest.fixture
 def force_path(monkeypatch):
-    """force_path("explicit") makes every sub-chunk take the explicit weights, "sub-chunks" every chunk go by
-    sub-chunks; "auto" leaves the choice alone."""
+    """force_path("halves") makes every chunk go by nested halves, "sub-chunks" by sub-chunks (where exact);
+    "auto" leaves the choice alone."""
     def force(path):
-        if path in ("sub-chunks", "explicit"):
-            monkeypatch.setattr(gla_chunk, "WHOLE_CHUNK_LIMIT", -1.0)
-        if path == "explicit":
-            monkeypatch.setattr(gla_chunk, "FACTOR_LIMIT", -1.0)
+        if path in ("sub-chunks", "halves"):
+            monkeypatch.setattr(gla_scores, "WHOLE_CHUNK_LIMIT", -1.0)
+        if path == "halves":
+            monkeypatch.setattr(gla_scores, "FACTOR_LIMIT", -1.0)
     return force
-
-
-@pytest.fixture
-def einsum_calls(monkeypatch):
-    """The equations torch.einsum is called with (the explicit path is the only user in the chunked op)."""
-    calls = []
-    real = torch.einsum
-
-    def spy(*args, **kwargs):
-        calls.append(args[0])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(torch, "einsum", spy)
-    return calls
 
 
 def make_inputs(batch=2, heads=3, length=65, m=8, d=6, dtype=torch.float64, shape="scalar", decay="mild",
@@ -117,48 +106,61 @@ def test_chunk_float32_matches_float64(decay, shape, path, force_path):
 
 
 @pytest.mark.parametrize("queries", [(), (2,)], ids=["one query set", "two stacked"])
-@pytest.mark.parametrize("chunk", [8, 32])
-@pytest.mark.parametrize("path,written_out", [("auto", "_WholeChunkScores"), ("sub-chunks", "_IntraChunkScores")],
-                         ids=["whole chunk", "sub-chunks"])
+@pytest.mark.parametrize("chunk", [8, 32, 48])  # 48: three sub-chunks, and halves padded to 64
+@pytest.mark.parametrize("path,written_out", [("auto", "_WholeChunkScores"), ("sub-chunks", "_SubChunkScores"),
+                                              ("halves", "_NestedHalvesScores")],
+                         ids=["whole chunk", "sub-chunks", "halves"])
 def test_score_backward_matches_autograd(queries, chunk, path, written_out, force_path):
-    """The per-dimension scores with their written-out backward (one product per chunk, or by sub-chunks) against
-    the same forward left to autograd: values and the gradients of the queries (one set, or two stacked against the
-    same keys), keys and cumulative decays, in float64; and finite differences on the written-out one."""
+    """The per-dimension scores by each path, with its written-out backward, against their definition left to
+    autograd: values and the gradients of the queries (one set, or two stacked against the same keys), keys and
+    cumulative decays, in float64; and finite differences on the written-out one (chunk 8)."""
     force_path(path)
     n, chunks, m = 2, 3, 4
     q = torch.randn(*queries, n, chunks, chunk, m, dtype=torch.float64, requires_grad=True)
     k = torch.randn(n, chunks, chunk, m, dtype=torch.float64, requires_grad=True)
     b = F.logsigmoid(torch.randn(n, chunks, chunk, m, dtype=torch.float64)).cumsum(-2).requires_grad_()
-    ours = gla_chunk.intra_chunk_scores(q, k, b)
-    ref = gla_chunk.intra_chunk_scores_autograd(q, k, b)
+    ours = gla_scores.intra_chunk_scores(q, k, b)
+    ref = gla_scores.intra_chunk_scores_autograd(q, k, b)
     assert ours.grad_fn.name().startswith(written_out)  # the written-out one, not the reference, was measured
     assert_matches_reference(ours, ref, 1e-13, "scores")
     assert_grads_match_reference(ours, ref, [q, k, b], 1e-12, ["q", "k", "b"])
-    small = [x.detach()[..., :1, :, :].clone().requires_grad_() for x in (q, k, b)]
-    assert torch.autograd.gradcheck(gla_chunk.intra_chunk_scores, tuple(small))
+    if chunk == 8:  # finite differences cost one forward per input entry: the smallest chunk says enough
+        small = [x.detach()[..., :1, :, :].clone().requires_grad_() for x in (q, k, b)]
+        assert torch.autograd.gradcheck(gla_scores.intra_chunk_scores, tuple(small))
 
 
-def test_automatic_path_choice(force_path, einsum_calls):
-    """GLA's factorised scores for mild decays, the explicit weights for strong ones (a sub-chunk decaying by more
-    than FACTOR_LIMIT) or when forced; RetNet's scalar decay never needs them."""
-    def explicit_used(shape, decay):
-        q, k, v, log_decay, _ = make_inputs(shape=shape, decay=decay)
-        einsum_calls.clear()
-        chunk_gated_linear_attention(q, k, v, log_decay, 64)
-        return bool(einsum_calls)
+def test_each_chunk_takes_its_own_path():
+    """Mild chunks take one product, chunks whose sub-chunks decay mildly the sub-chunks, the others nested halves;
+    in one batch each chunk goes its own way and the scores and their gradients are those of the definition, in
+    float64 and (overflow-free) in float32."""
+    n, chunks, c, m = 2, 3, 32, 4
+    g = F.logsigmoid(torch.randn(n, chunks, c, m, dtype=torch.float64)) / 4  # mild: whole chunks
+    g[0, 1, :, 2] = -2.5  # 77.5 over the chunk (more than WHOLE_CHUNK_LIMIT), 37.5 over a sub-chunk (less than FACTOR_LIMIT)
+    g[1, 2, :, 1] = -50.0  # one channel gated shut at every step: nested halves
+    b = g.cumsum(-2)
+    assert gla_scores.paths_by_chunk(b).tolist() == [[0, 1, 0], [0, 0, 2]]
+    q, k = torch.randn(2, n, chunks, c, m, dtype=torch.float64), torch.randn(n, chunks, c, m, dtype=torch.float64)
+    for dtype, tolerance in ((torch.float64, 1e-12), (torch.float32, 1e-4)):
+        leaves = [x.to(dtype).requires_grad_() for x in (q, k, b)]
+        ours = gla_scores.intra_chunk_scores(*leaves)
+        ref = gla_scores.intra_chunk_scores_autograd(*[x.double() for x in leaves])
+        assert torch.isfinite(ours).all()
+        assert_matches_reference(ours, ref, tolerance, f"{dtype} scores")
+        assert_grads_match_reference(ours, ref, leaves, tolerance, ["q", "k", "b"])  # ref: through the copies
 
-    assert not explicit_used("per_dim", "mild")
-    assert explicit_used("per_dim", "strong")
-    assert not explicit_used("scalar", "strong")
-    force_path("explicit")
-    assert explicit_used("per_dim", "mild")
+
+def test_scalar_decay_never_needs_the_per_dimension_scores(monkeypatch):
+    """RetNet's one decay per head and step forms its scores as (Q K^T) ⊙ weights, whatever the decay."""
+    monkeypatch.setattr(gla_chunk, "intra_chunk_scores", None)  # called: a TypeError
+    q, k, v, log_decay, _ = make_inputs(shape="scalar", decay="strong")
+    chunk_gated_linear_attention(q, k, v, log_decay, 64)
 
 
 def test_per_dim_decay_equal_across_dims_is_scalar_decay(force_path):
     """A per-dimension decay that is the same for every key dimension is the scalar decay: same outputs, state."""
     q, k, v, log_decay, state = make_inputs(length=70, shape="scalar", decay="mild")
     scalar = chunk_gated_linear_attention(q, k, v, log_decay, 32, initial_state=state, return_state=True)
-    for path in ("auto", "explicit"):
+    for path in ("auto", "halves"):
         force_path(path)
         per_dim = chunk_gated_linear_attention(q, k, v, log_decay.expand(-1, -1, -1, 8), 32, initial_state=state,
                                                return_state=True)
@@ -169,10 +171,10 @@ def test_per_dim_decay_equal_across_dims_is_scalar_decay(force_path):
 @pytest.mark.parametrize("shape,path,length,chunk_size", [
     ("scalar", "auto", 7, 3),
     ("per_dim", "auto", 7, 3),
-    ("per_dim", "explicit", 7, 3),
+    ("per_dim", "halves", 7, 3),
     ("per_dim", "auto", 18, 17),  # one chunk of 32: two sub-chunks, the second padded
-    ("per_dim", "explicit", 18, 17),
-], ids=["scalar", "per_dim", "per_dim-explicit", "per_dim-subchunks", "per_dim-subchunks-explicit"])
+    ("per_dim", "halves", 18, 17),
+], ids=["scalar", "per_dim", "per_dim-halves", "per_dim-subchunks", "per_dim-subchunks-halves"])
 def test_gradcheck_float64(shape, path, length, chunk_size, force_path):
     """Finite differences on tiny cases (ragged last chunks), every input, through the output and final state."""
     force_path(path)
@@ -299,7 +301,7 @@ def test_decay_forgets(shape, force_path):
     ungated = log_decay.clone()
     log_decay[:, :, t0, forgetting if shape == "per_dim" else 0] = -50.0
     tail = [x[:, :, t0:] for x in (q, k, v, log_decay)]
-    for path in ("auto", "explicit"):
+    for path in ("auto", "halves"):
         force_path(path)
         out, final = chunk_gated_linear_attention(q, k, v, log_decay, 16, initial_state=state, return_state=True)
         ref, ref_final = naive_recurrent_gated_linear_attention(q, k, v, log_decay, initial_state=state)

@@ -14,11 +14,11 @@ from fairseq_linattn.attention.ops.gated_linear_attn import chunk_gated_linear_a
 from fairseq_linattn.attention.ops.gdn2 import chunk_gdn2, naive_recurrent_gdn2, recurrent_gdn2_step
 from tests.reference import assert_grads_match_reference, assert_matches_reference
 
-gla_chunk = importlib.import_module("fairseq_linattn.attention.ops.gated_linear_attn.chunk")
+gla_scores = importlib.import_module("fairseq_linattn.attention.ops.gated_linear_attn.scores")
 
 # log decays per key channel: mild (exp(g) mostly 0.3-0.9: the intra-chunk scores are factorised) and strong (about
 # half the gates near 1, the rest as low as exp(-30): sub-chunks decaying by hundreds, so the scores' weights are
-# formed explicitly, and the cumulative decay over a chunk underflows: it must reach 0, never overflow)
+# formed by nested halves, and the cumulative decay over a chunk underflows: it must reach 0, never overflow)
 DECAYS = {
     "mild": lambda shape, dtype: F.logsigmoid(torch.randn(shape, dtype=dtype)),
     "strong": lambda shape, dtype: F.logsigmoid(torch.randn(shape, dtype=dtype) * 16 - 8).clamp(min=-30.0),
@@ -30,12 +30,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tiny tensors: see conftest
 
 
 @pytest.fixture
-def force_explicit(monkeypatch):
-    """Every sub-chunk's score weights formed explicitly (GLA's FACTOR_LIMIT, and its whole-chunk limit, below any
+def force_halves(monkeypatch):
+    """Every chunk's scores formed by nested halves (GLA's FACTOR_LIMIT, and its whole-chunk limit, below any
     decay)."""
     def force():
-        monkeypatch.setattr(gla_chunk, "FACTOR_LIMIT", -1.0)
-        monkeypatch.setattr(gla_chunk, "WHOLE_CHUNK_LIMIT", -1.0)
+        monkeypatch.setattr(gla_scores, "FACTOR_LIMIT", -1.0)
+        monkeypatch.setattr(gla_scores, "WHOLE_CHUNK_LIMIT", -1.0)
     return force
 
 
@@ -78,9 +78,9 @@ def test_chunk_matches_naive_float64(length, chunk_size, decay):
 
 
 @pytest.mark.parametrize("decay", DECAYS)
-def test_explicit_score_weights_match_naive(decay, force_explicit):
-    """The same with every sub-chunk's weights formed explicitly (only strong decays take that path unforced)."""
-    force_explicit()
+def test_scores_by_nested_halves_match_naive(decay, force_halves):
+    """The same with every chunk's scores by nested halves (only strong decays take that path unforced)."""
+    force_halves()
     inputs = make_inputs(length=70, decay=decay, requires_grad=True)
     out, final = chunked(*inputs, chunk_size=32)
     ref, ref_final = naive_recurrent_gdn2(*inputs)
@@ -105,14 +105,14 @@ def test_chunk_float32_matches_float64(decay):
     assert all(torch.isfinite(g).all() for g in ours)
 
 
-@pytest.mark.parametrize("length,chunk_size,explicit", [(7, 3, False), (7, 3, True), (18, 17, False), (18, 17, True)],
-                         ids=["ragged", "ragged-explicit", "subchunks", "subchunks-explicit"])
-def test_gradcheck_float64(length, chunk_size, explicit, force_explicit):
+@pytest.mark.parametrize("length,chunk_size,halves", [(7, 3, False), (7, 3, True), (18, 17, False), (18, 17, True)],
+                         ids=["ragged", "ragged-halves", "subchunks", "subchunks-halves"])
+def test_gradcheck_float64(length, chunk_size, halves, force_halves):
     """Finite differences on tiny cases, every input and the initial state, through the output and the final
     state: T = 7 in chunks of 3 (a ragged last chunk), T = 18 in one chunk of 32 (two sub-chunks, the second
-    padded); the scores factorised and explicit."""
-    if explicit:
-        force_explicit()
+    padded); the scores factorised and by nested halves."""
+    if halves:
+        force_halves()
     inputs = make_inputs(batch=1, heads=2, length=length, m=3, d=2, requires_grad=True)
     assert torch.autograd.gradcheck(lambda *x: chunked(*x, chunk_size=chunk_size), tuple(inputs))
 

@@ -6,7 +6,7 @@ the delta rule's single β split into an erase gate b_t per key channel and a wr
 on Kimi Delta Attention's decay per key channel, D_t = diag(exp(g_t)). b = w = β (one per head) is KDA; with g
 also the same for every channel it is Gated DeltaNet (:mod:`..delta_rule`). Its own op rather than more
 arguments of the delta rule's: the gates are vectors and the decay is per channel, so the intra-chunk scores
-are GLA's sub-chunked ones (:mod:`..gated_linear_attn.chunk`), not the delta rule's C x C decay matrix; the
+are GLA's per-dimension ones (:mod:`..gated_linear_attn.scores`), not the delta rule's C x C decay matrix; the
 WY solve and the loop over chunks are shared (:func:`..delta_rule.utils.solve_and_carry`). Laid out like the
 other ops (and flash-linear-attention's ``fla/ops/gdn2``): ``chunk`` for training, ``recurrent`` for decoding,
 ``naive`` the token-by-token reference. Keys are expected L2-normalised by the caller.

@@ -15,17 +15,15 @@ g within the chunk (per channel: b_i ∈ R^M), γ_i = exp(b_i):
     S_C = diag(γ_C) S_0 + (K ⊙ exp(b_C - b))^T Û
 
 E and P are GLA's intra-chunk scores with a decay per key dimension (the exponent depends on m, so neither
-factorises as (Q ⊙ exp(b)) (K ⊙ exp(-b))^T, which would overflow within a chunk):
-:func:`..gated_linear_attn.chunk.intra_chunk_scores` builds them from sub-chunks of ``SUB_CHUNK`` (16) tokens,
-between sub-chunks as one product whose two factors are exp(nonpositive), inside a sub-chunk with factors
-bounded by exp(``FACTOR_LIMIT``) or, for a sub-chunk that decays by more (strong gates), with the pairwise
-weights exp(min(b_im - b_jm, 0)) formed explicitly. Every other weight is exp of a nonpositive number (γ,
-exp(b_C - b)), nothing is divided by a decay, so any decay is stable: weights underflow to 0, correctly.
+factorises as (Q ⊙ exp(b)) (K ⊙ exp(-b))^T, which would overflow within a chunk): :mod:`..gated_linear_attn.scores`
+forms them exactly for any decay, each chunk by the cheapest of its three paths. Every other weight is exp of a
+nonpositive number (γ, exp(b_C - b)), nothing is divided by a decay, so any decay is stable: weights underflow to
+0, correctly.
 The solve and the loop over chunks are the delta rule's (:func:`..delta_rule.utils.solve_and_carry`).
 
-Cost per chunk (C = ``chunk_size``, rounded up to whole sub-chunks above 16; S = 16): the two score matrices
-O(C^2 M) each, plus O(C S M) time and N x S x S x M memory per sub-chunk row where the explicit weights are
-needed; the solve O(C^2 (M + D)); the loop O(C M D). Twice the score work of :mod:`..delta_rule` with a decay, whose
+Cost per chunk (C = ``chunk_size``, rounded up to whole sub-chunks above 16): the two score matrices O(C^2 M)
+each (by nested halves, for strongly gated chunks, about twice the one product's time); the solve O(C^2 (M + D));
+the loop O(C M D). Twice the score work of :mod:`..delta_rule` with a decay, whose
 decay is one per head (a C x C weight matrix).
 
 The last chunk is padded with q = k = v = g = b = w = 0: L's rows there are the identity, u = 0, the state is
@@ -38,7 +36,7 @@ import torch
 from torch import Tensor
 
 from ..delta_rule.utils import in_chunks, solve_and_carry
-from ..gated_linear_attn.chunk import SUB_CHUNK, intra_chunk_scores
+from ..gated_linear_attn.scores import SUB_CHUNK, intra_chunk_scores
 from ..linear_attn.utils import matrix_state
 from .utils import check_gdn2_inputs
 

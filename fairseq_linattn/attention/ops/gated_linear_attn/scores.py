@@ -1,0 +1,236 @@
+"""Intra-chunk scores with a decay per key dimension, the chunked ops' one quadratic piece (GLA's, and Gated
+DeltaNet-2's and KDA's with erase vectors as the queries):
+
+    A_ij = Σ_m q_im k_jm exp(b_im - b_jm)   for j <= i,  0 above the diagonal
+
+with b the cumulative log decays inside the chunk (nonincreasing in i). The exponent depends on m, so A is no
+(Q K^T) ⊙ weights, and the naive factorisation (Q ⊙ exp(b)) (K ⊙ exp(-b))^T overflows within a chunk. Measured
+against a reference position r, q_i exp(b_i - r) and k_j exp(r - b_j) multiply to the weight; with r between j
+and i (j <= r <= i) both factors are <= 1, nothing can overflow, and the product is exact in floating point
+whatever the decay. Three ways of choosing r, each chunk taking the cheapest that is exact for its decays
+(:func:`intra_chunk_scores`):
+
+* the whole chunk (:class:`_WholeChunkScores`): r = b at its first position, one product; the keys' factors grow
+  to exp(the chunk's decay), safe while it is at most ``WHOLE_CHUNK_LIMIT``: the usual case.
+* by sub-chunks of ``SUB_CHUNK`` tokens (:class:`_SubChunkScores`, Yang et al. 2024's secondary chunking): row
+  block I against the keys up to its end, with r = b at I's first position: exact below I's own sub-chunk, whose
+  keys' factors grow to exp(the sub-chunk's decay), safe while that is at most ``FACTOR_LIMIT``.
+* by nested halves (:class:`_NestedHalvesScores`): exact for any decay. The pairs of a block split in two halves are
+  those inside each half and those from the second half to the first; the latter are one product with r = b at the
+  second half's first position, between every such j and i. Halving down to single positions (whose weight is 1)
+  covers every pair once: log2(C) products, each of C^2 M / 2^(level + 2) multiply-adds, and the diagonal.
+
+Every path's backward is written out, with the decays' gradient from the identity ∂A_ij/∂b_im = q_im ∂A_ij/∂q_im,
+∂A_ij/∂b_jm = -k_jm ∂A_ij/∂k_jm (r cancels), that is db = Σ q ⊙ dq - k ⊙ dk. :func:`intra_chunk_scores_autograd` is
+the definition itself (the weights formed explicitly, autograd's backward): the reference they are tested against.
+"""
+from typing import List
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+SUB_CHUNK = 16
+FACTOR_LIMIT = 60.0  # exp(60) ~ 1e26: far from fp32's 3e38, and its inverse far from underflow
+WHOLE_CHUNK_LIMIT = FACTOR_LIMIT  # a chunk decaying by at most this takes one product (tests lower both to force paths)
+
+
+def intra_chunk_scores(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
+    """A (``N x chunks x C x C``) from q, k, b (``N x chunks x C x M``; C a multiple of ``SUB_CHUNK`` or at most it).
+    ``q`` may carry extra leading dims (several query sets against the same keys: ``G x N x chunks x C x M`` gives
+    ``G x N x chunks x C x C``), so that the keys are weighted once for all of them.
+
+    Each chunk takes its own path (:func:`paths_by_chunk`): a strongly gated head (a few of them are in a model with
+    Mamba-2's decay initialisation) does not send every other chunk the slower way."""
+    path = paths_by_chunk(b)
+    used = path.unique().tolist()  # one host sync
+    if len(used) == 1:
+        return PATHS[used[0]].apply(q, k, b)
+    out = q.new_empty(*q.shape[:-1], b.size(-2))
+    for index in used:
+        rows = path == index
+        out[..., rows, :, :] = PATHS[index].apply(q[..., rows, :, :], k[rows], b[rows])
+    return out
+
+
+def paths_by_chunk(b: Tensor) -> Tensor:
+    """``N x chunks``: the index in ``PATHS`` of the cheapest exact path for each chunk of the cumulative log
+    decays ``b`` (``N x chunks x C x M``): by its largest decay over the whole chunk and over a sub-chunk."""
+    subs = b.unflatten(-2, (-1, min(SUB_CHUNK, b.size(-2))))
+    whole = (b[..., 0, :] - b[..., -1, :]).amax(-1)
+    sub = (subs[..., 0, :] - subs[..., -1, :]).amax((-1, -2))
+    return torch.where(whole <= WHOLE_CHUNK_LIMIT, 0, torch.where(sub <= FACTOR_LIMIT, 1, 2))
+
+
+def _above_diagonal(size: int, device) -> Tensor:
+    """size x size, True above the diagonal: the future a causal score must not see."""
+    return torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
+
+
+class _WholeChunkScores(torch.autograd.Function):
+    """Queries and keys measured against r = b at the chunk's first position, q_i exp(b_i - r) <= 1 and
+    k_j exp(r - b_j) <= exp(WHOLE_CHUNK_LIMIT), then one product, the future masked. A scaled factor keeps its
+    relative precision, and the products below the diagonal are the weights' own size; above it (masked, and given
+    no gradient) they stay below fp32's range."""
+
+    @staticmethod
+    def forward(ctx, q, k, b):
+        first = b[..., :1, :]
+        q_factors, k_factors = torch.exp(b - first), torch.exp(first - b)
+        q_scaled, k_scaled = q * q_factors, k * k_factors
+        future = _above_diagonal(b.size(-2), b.device)
+        out = torch.matmul(q_scaled, k_scaled.transpose(-1, -2)).masked_fill_(future, 0.0)
+        ctx.save_for_backward(q, k, q_factors, k_factors, q_scaled, k_scaled)
+        ctx.future = future
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        q, k, q_factors, k_factors, q_scaled, k_scaled = ctx.saved_tensors
+        d_out = d_out.masked_fill(ctx.future, 0.0)
+        d_q = torch.matmul(d_out, k_scaled).mul_(q_factors)
+        d_k_scaled = torch.matmul(d_out.transpose(-1, -2), q_scaled)
+        d_k = d_k_scaled.sum_to_size(k.shape).mul_(k_factors)  # summed over stacked query sets
+        d_b = (q * d_q).sum_to_size(k.shape) - k * d_k
+        return d_q, d_k, d_b
+
+
+def _sub_chunks(q: Tensor, k: Tensor, b: Tensor):
+    """The sub-chunk views of the scores' inputs: (S, q, k, b as ... x subs x S x M, b at each sub-chunk's first
+    position, the S x S mask above the diagonal)."""
+    c, m = k.shape[-2:]
+    s = min(SUB_CHUNK, c)
+    qs, ks, bs = (x.view(*x.shape[:-2], c // s, s, m) for x in (q, k, b))
+    return s, qs, ks, bs, bs[..., :1, :], _above_diagonal(s, q.device)
+
+
+def _row_keys(ks: Tensor, bs: Tensor, firsts: Tensor, i: int):
+    """Row block i's keys (those of sub-chunks 0..i, ... x (i+1) s x M) measured against r = b at its first
+    position, and their factors exp(r - b_j) (... x (i+1) x s x M)."""
+    factors = torch.exp(firsts[..., i : i + 1, :, :] - bs[..., : i + 1, :, :])
+    keys = ks[..., : i + 1, :, :] * factors
+    return keys.flatten(-3, -2), factors
+
+
+class _SubChunkScores(torch.autograd.Function):
+    """By sub-chunks: per row block the product of its scaled queries with the scaled keys up to its end (forward),
+    and the two products with the same factors (backward)."""
+
+    @staticmethod
+    def forward(ctx, q, k, b):
+        s, qs, ks, bs, firsts, future = _sub_chunks(q, k, b)
+        q_scaled = qs * torch.exp(bs - firsts)
+        out = q.new_zeros(*q.shape[:-1], q.size(-2))
+        for i in range(bs.size(-3)):
+            keys, _ = _row_keys(ks, bs, firsts, i)
+            rows = out[..., i * s : (i + 1) * s, : (i + 1) * s]
+            rows.copy_(torch.matmul(q_scaled[..., i, :, :], keys.transpose(-1, -2)))
+            rows[..., i * s :].masked_fill_(future, 0.0)
+        ctx.save_for_backward(q, k, b)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        q, k, b = ctx.saved_tensors
+        s, qs, ks, bs, firsts, future = _sub_chunks(q, k, b)
+        q_factors = torch.exp(bs - firsts)
+        q_scaled = qs * q_factors
+        d_q_scaled = torch.empty_like(q_scaled)
+        d_k = torch.zeros_like(ks)
+        for i in range(bs.size(-3)):
+            keys, factors = _row_keys(ks, bs, firsts, i)
+            # the row block, contiguous (a copy), with the forward's zeros above the diagonal
+            grad = d_out[..., i * s : (i + 1) * s, : (i + 1) * s].clone()
+            grad[..., i * s :].masked_fill_(future, 0.0)
+            d_q_scaled[..., i, :, :] = torch.matmul(grad, keys)
+            d_keys = torch.matmul(grad.transpose(-1, -2), q_scaled[..., i, :, :]).sum_to_size(keys.shape)
+            d_k[..., : i + 1, :, :] += d_keys.view_as(factors) * factors
+        d_q = (d_q_scaled * q_factors).view_as(q)
+        d_k = d_k.view_as(k)
+        d_b = (q * d_q).sum_to_size(b.shape) - k * d_k
+        return d_q, d_k, d_b
+
+
+def _halves(x: Tensor, half: int) -> Tensor:
+    """``... x P x F`` -> ``... x P/(2 half) x 2 x half x F``: the blocks of one level, each in its two halves."""
+    return x.unflatten(-2, (-1, 2, half))
+
+
+def _second_to_first(scores: Tensor, half: int) -> Tensor:
+    """The view of ``scores`` (``... x P x P``) that holds each block's pairs from its second half to its first:
+    ``... x half x half x blocks``."""
+    blocks = scores.unflatten(-1, (-1, 2 * half)).unflatten(-3, (-1, 2 * half))  # ... x nb x 2h x nb x 2h
+    return torch.diagonal(blocks, dim1=-4, dim2=-2)[..., half:, :half, :]
+
+
+def _level(q: Tensor, k: Tensor, b: Tensor, half: int):
+    """One level's factors and scaled factors: the second halves' queries and the first halves' keys measured
+    against b at the second half's first position (both <= 1)."""
+    bs = _halves(b, half)
+    r = bs[..., 1, :1, :]
+    q_factors, k_factors = torch.exp(bs[..., 1, :, :] - r), torch.exp(r - bs[..., 0, :, :])
+    return q_factors, k_factors, _halves(q, half)[..., 1, :, :] * q_factors, _halves(k, half)[..., 0, :, :] * k_factors
+
+
+def _levels(size: int) -> List[int]:
+    """The half-block sizes of the levels of a power-of-two ``size``: size / 2, size / 4, ..., 1."""
+    return [size >> level for level in range(1, size.bit_length())]
+
+
+class _NestedHalvesScores(torch.autograd.Function):
+    """By nested halves (see the module doc); a chunk whose length is no power of two is padded to one with zero
+    queries and keys and its last decay repeated (no decay: the factors stay <= 1), and the scores cut back."""
+
+    @staticmethod
+    def forward(ctx, q, k, b):
+        c = k.size(-2)
+        size = 1 << (c - 1).bit_length()
+        q, k, b = _padded(q, size), _padded(k, size), _padded(b, size, repeat_last=True)
+        out = q.new_zeros(*q.shape[:-1], size)
+        out.diagonal(dim1=-2, dim2=-1).copy_((q * k).sum(-1))  # i = j: the weight is 1
+        for half in _levels(size):
+            _, _, rows, cols = _level(q, k, b, half)
+            _second_to_first(out, half).copy_(torch.matmul(rows, cols.transpose(-1, -2)).movedim(-3, -1))
+        ctx.save_for_backward(q, k, b)
+        ctx.length = c
+        return out[..., :c, :c]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        q, k, b = ctx.saved_tensors
+        c, size = ctx.length, k.size(-2)
+        d_out = F.pad(d_out, (0, size - c, 0, size - c))  # a copy, also when nothing is added: written below
+        diagonal = d_out.diagonal(dim1=-2, dim2=-1).unsqueeze(-1)
+        d_q, d_k = diagonal * k, (diagonal * q).sum_to_size(k.shape)
+        for half in _levels(size):
+            q_factors, k_factors, rows, cols = _level(q, k, b, half)
+            grad = _second_to_first(d_out, half).movedim(-1, -3)  # ... x blocks x half x half
+            _halves(d_q, half)[..., 1, :, :].add_(torch.matmul(grad, cols).mul_(q_factors))
+            d_cols = torch.matmul(grad.transpose(-1, -2), rows).sum_to_size(k_factors.shape)
+            _halves(d_k, half)[..., 0, :, :].add_(d_cols.mul_(k_factors))
+        d_b = (q * d_q).sum_to_size(b.shape) - k * d_k
+        return d_q[..., :c, :], d_k[..., :c, :], d_b[..., :c, :]
+
+
+def _padded(x: Tensor, size: int, repeat_last: bool = False) -> Tensor:
+    """``x`` (``... x C x F``) to ``size`` positions: zeros, or its last position repeated."""
+    extra = size - x.size(-2)
+    if not extra:
+        return x
+    fill = x[..., -1:, :] if repeat_last else x.new_zeros(*x.shape[:-2], 1, x.size(-1))
+    return torch.cat([x, fill.expand(*x.shape[:-2], extra, x.size(-1))], -2)
+
+
+PATHS = (_WholeChunkScores, _SubChunkScores, _NestedHalvesScores)  # paths_by_chunk's indices
+
+
+def intra_chunk_scores_autograd(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
+    """:func:`intra_chunk_scores` as defined, in autograd operations: the weights exp(min(b_i - b_j, 0)) formed for
+    every pair (C x C x M per chunk: for tests), the future masked. The reference the paths are tested against
+    (tests/attention/ops/test_gated_linear_attn.py)."""
+    diff = (b.unsqueeze(-2) - b.unsqueeze(-3)).clamp(max=0)  # ... x C(i) x C(j) x M
+    out = torch.einsum("...im,...jm,...ijm->...ij", q, k, torch.exp(diff))
+    return out.masked_fill(_above_diagonal(b.size(-2), b.device), 0.0)
