@@ -25,7 +25,6 @@ MODES = "full, quick, first or I/N (shard I of N)"
 QUICK_WARMUP_MS, QUICK_REP_MS = 5, 20
 
 
-
 class Policy(NamedTuple):
     select: Optional[Callable[[List], List]]  # the configurations searched; None: every one
     first: bool  # time configurations only until one runs

@@ -10,8 +10,8 @@ j <= i) and S_0 the state entering it:
 
 Every exponent there is <= 0, so nothing overflows whatever the decay (GLA's gates can be far below 1); the
 naive factorisation (Q ⊙ exp(b)) (K ⊙ exp(-b))^T would overflow within a chunk. For one decay per head and
-step (RetNet) A is (Q K^T) ⊙ exp(b_i - b_j). For one per key dimension (GLA) the exponent depends on m: a chunk
-is formed by :mod:`.scores` (factors measured from a reference position, so that none overflows, whatever the decay).
+step (RetNet) A is (Q K^T) ⊙ exp(b_i - b_j). For one per key dimension (GLA) the exponent depends on m, and A is
+:mod:`.scores`'s (factors measured from reference positions, so that none overflows, whatever the decay).
 
 Every step that does not depend on S_0 runs for all chunks at once; only the states are a loop over chunks
 (one multiply-add each). Plain reference: :func:`.naive.naive_recurrent_gated_linear_attention`.

@@ -202,7 +202,9 @@ class _NestedHalvesScores(torch.autograd.Function):
     def backward(ctx, d_out):
         q, k, b = ctx.saved_tensors
         c, size = ctx.length, k.size(-2)
-        d_out = F.pad(d_out, (0, size - c, 0, size - c))  # a copy, also when nothing is added: written below
+        # read through strided views below (never written): padded when the chunk was, else made contiguous only
+        # if autograd handed over a broadcast gradient
+        d_out = F.pad(d_out, (0, size - c, 0, size - c)) if size > c else d_out.contiguous()
         diagonal = d_out.diagonal(dim1=-2, dim2=-1).unsqueeze(-1)
         d_q, d_k = diagonal * k, (diagonal * q).sum_to_size(k.shape)
         for half in _levels(size):
