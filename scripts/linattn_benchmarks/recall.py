@@ -265,19 +265,20 @@ class RecallBenchmark(Study):
                  md_table(["model", *[f"lr {lr:g}" for lr in s.lrs], "best lr"],
                           [[m, *[tried_cell(r["tried"], lr) for lr in s.lrs], f"{r['best']:g}"]
                            for m, r in study["lr_search"].items()]), ""]
-        headers = ["model", "d_model", "parameters", *s.splits, "updates to 90%", "s / update"]
+        headers = ["model", "d_model", "parameters", "FFN", *s.splits, "updates to 90%", "s / update"]
         rows = []
         for model in s.models:
             for width in s.widths:
                 cell = [r for r in runs if r["model"] == model and r["width"] == width]
                 if not cell:
                     continue
-                rows.append([model, width, f"{cell[0]['params']:,}",
+                rows.append([model, width, f"{cell[0]['params']:,}", equal_ffn(model, width, s),
                              *[spread([r["accuracy"][split] for r in cell]) for split in s.splits],
                              ", ".join("–" if r["updates_to_90"] is None else str(r["updates_to_90"]) for r in cell),
                              f"{sum(r['seconds_per_update'] for r in cell) / len(cell):.2f}"])
         lines += [f"**Accuracy at each model's best learning rate** (mean over seeds ± half the spread; "
-                  f"{s.headline} is the headline shape, the others are longer lines with more pairs):", "",
+                  f"{s.headline} is the headline shape, the others are longer lines with more pairs; FFN: the width "
+                  f"that gives the model softmax's parameters, what its own projections cost):", "",
                   md_table(headers, rows)]
         return "\n".join(lines), [f"recall: {len(study['runs'])} runs in {study['total_s'] / 60:.0f} min"]
 
