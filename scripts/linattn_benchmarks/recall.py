@@ -52,7 +52,12 @@ MODELS: Dict[str, Tuple[str, List[str]]] = {
     "gated-delta-noconv": ("linear_transformer_lm", ["--linear-attention", "gated-delta", "--short-conv", "0"]),
     # a hybrid layout at the protocol's two layers: a gated-delta layer, then a softmax one (with its convolution)
     "gated-delta+softmax": ("linear_transformer_lm", ["--linear-attention", "gated-delta,softmax"]),
+    # gdn2 with gated-delta's FFN (FFN_AS): more parameters than the others; whether what gdn2 loses at small widths
+    # is the FFN its three channel-wise projections cost at equal parameters
+    "gdn2-wide-ffn": ("linear_transformer_lm", ["--linear-attention", "gdn2"]),
 }
+# models given another model's FFN width instead of softmax's parameter count (an ablation of the equalisation)
+FFN_AS = {"gdn2-wide-ffn": "gated-delta"}
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,10 @@ def parameters(model: str, width: int, ffn: int, s: Scale) -> int:
 
 def equal_ffn(model: str, width: int, s: Scale) -> int:
     """The FFN width that gives ``model`` softmax's parameter count at FFN 4 x width (the parameters grow linearly
-    with the FFN: a mechanism's gates and projections are paid for by a narrower FFN)."""
+    with the FFN: a mechanism's gates and projections are paid for by a narrower FFN); for a model of ``FFN_AS``, the
+    width its named model gets."""
+    if model in FFN_AS:
+        return equal_ffn(FFN_AS[model], width, s)
     target = parameters(SOFTMAX, width, 4 * width, s)
     wide, narrow = parameters(model, width, 4 * width, s), parameters(model, width, 2 * width, s)
     per_unit = (wide - narrow) / (2 * width)

@@ -8,7 +8,17 @@ import subprocess
 import sys
 
 import pytest
-from linattn_benchmarks.recall import MODELS, SCALES, SOFTMAX, Recall, RecallBenchmark, accuracy_curve, equal_ffn, parameters
+from linattn_benchmarks.recall import (
+    FFN_AS,
+    MODELS,
+    SCALES,
+    SOFTMAX,
+    Recall,
+    RecallBenchmark,
+    accuracy_curve,
+    equal_ffn,
+    parameters,
+)
 from linattn_benchmarks.runner import ROOT, parse_args
 
 from tests.e2e.processes import children, wait_gone
@@ -25,11 +35,18 @@ def test_accuracy_curves_read_back():
     assert accuracy_curve(LOG, "L512_P64") == [(20, 0.82)]
 
 
-@pytest.mark.parametrize("model", [m for m in MODELS if m != SOFTMAX])
+@pytest.mark.parametrize("model", [m for m in MODELS if m not in (SOFTMAX, *FFN_AS)])
 def test_every_model_gets_softmaxs_parameter_count(model):
     s = SCALES["default"]
     target = parameters(SOFTMAX, 64, 256, s)
     assert abs(parameters(model, 64, equal_ffn(model, 64, s), s) - target) <= 0.002 * target
+
+
+@pytest.mark.parametrize("model", FFN_AS)
+def test_an_ffn_ablation_gets_its_named_models_ffn_and_more_parameters(model):
+    s = SCALES["default"]
+    assert equal_ffn(model, 64, s) == equal_ffn(FFN_AS[model], 64, s) > equal_ffn(MODELS[model][1][-1], 64, s)
+    assert parameters(model, 64, equal_ffn(model, 64, s), s) > parameters(SOFTMAX, 64, 256, s)
 
 
 def test_the_sweep_is_sized_from_the_command_line():
