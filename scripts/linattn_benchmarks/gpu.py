@@ -120,7 +120,7 @@ AUTOTUNE_TEXT = {"quick": "fla-core's kernels autotuned over every configuration
 
 def device_line() -> str:
     if DEVICE != "cuda":
-        return "CPU dry run (not a measurement)"
+        return "CPU dry run (not a measurement; fp32)"
     props = torch.cuda.get_device_properties(0)
     return (f"{torch.cuda.get_device_name()} ({props.total_memory / 2**30:.0f} GiB, {props.multi_processor_count} "
             f"SMs), torch {torch.__version__}, CUDA {torch.version.cuda}, bf16; {AUTOTUNE_TEXT[AUTOTUNE]}")
@@ -587,12 +587,15 @@ def main(argv=None):
                 data = json.load(f)
             write_table(args.out, data)
         return
-    global DEVICE, AUTOTUNE
+    global DEVICE, DTYPE, AUTOTUNE
     if args.autotune not in ("quick", "full"):
         parser.error(f"--autotune {args.autotune}: expected quick or full")
     AUTOTUNE = args.autotune
     if args.cpu_dry_run:
-        DEVICE, args.quick = "cpu", True
+        # fp32: this CPU has no bf16 matrix units, and its emulated bf16 products are ~60x slower than fp32 ones (a
+        # 512 x 768 by 768 x 3,072 product: 2.5 s against 40 ms, one thread), which made the dry run's Linformer table
+        # alone take 10 minutes on a busy machine
+        DEVICE, DTYPE, args.quick = "cpu", torch.float32, True
         # every case at every size, however slow the CPU is at the moment: a dry run checks the code of each table
         # (its times mean nothing), and a case cut for time at n = 512 left n = 1,024 without its numbers
         args.max_seconds = math.inf
