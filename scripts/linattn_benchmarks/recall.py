@@ -286,7 +286,8 @@ class RecallBenchmark(Study):
                              f"{sum(r['seconds_per_update'] for r in cell) / len(cell):.2f}"])
         lines += [f"**Accuracy at each model's best learning rate** (mean over seeds ± half the spread; "
                   f"{s.headline} is the headline shape, the others are longer lines with more pairs; FFN: the width "
-                  f"that gives the model softmax's parameters, what its own projections cost):", "",
+                  f"that gives the model softmax's parameters, what its own projections cost"
+                  + "".join(f"; {m}: {FFN_AS[m]}'s" for m in s.models if m in FFN_AS) + "):", "",
                   md_table(headers, rows)]
         return "\n".join(lines), [f"recall: {len(study['runs'])} runs in {study['total_s'] / 60:.0f} min"]
 
