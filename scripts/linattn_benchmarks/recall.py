@@ -13,6 +13,7 @@ each run needed to first reach 90% on the headline shape are read from its valid
     python scripts/bench_recall.py                  # the default sweep (hours on 2 CPU cores: see its table)
     python scripts/bench_recall.py --models softmax,gated-delta   # some models; finished runs are not run again
 """
+import functools
 import json
 import shutil
 import time
@@ -157,6 +158,7 @@ class Recall:
             min(25, max(1, s.updates // 10)), log=log_path, echo=None)
 
 
+@functools.lru_cache(maxsize=None)  # pure; equal_ffn asks for softmax's count and the same models again per run and row
 def parameters(model: str, width: int, ffn: int, s: Scale) -> int:
     from fairseq_linattn.models.standalone import DictionaryTask, build_model
 
@@ -287,7 +289,7 @@ class RecallBenchmark(Study):
         lines += [f"**Accuracy at each model's best learning rate** (mean over seeds ± half the spread; "
                   f"{s.headline} is the headline shape, the others are longer lines with more pairs; FFN: the width "
                   f"that gives the model softmax's parameters, what its own projections cost"
-                  + "".join(f"; {m}: {FFN_AS[m]}'s" for m in s.models if m in FFN_AS) + "):", "",
+                  + "".join(f"; {m}: {FFN_AS[m]}'s" for m in FFN_AS if any(r["model"] == m for r in runs)) + "):", "",
                   md_table(headers, rows)]
         return "\n".join(lines), [f"recall: {len(study['runs'])} runs in {study['total_s'] / 60:.0f} min"]
 
