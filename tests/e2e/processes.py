@@ -26,15 +26,32 @@ class Background:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
-    def wait_until(self, condition: Callable[[], bool], timeout: float, what: str, poll: float = 0.01):
-        deadline = time.monotonic() + timeout
+    def wait_until(self, condition: Callable[[], bool], cpu_s: float, what: str, stalled_s: float = 120.0,
+                   poll: float = 0.01):
+        """Until ``condition()`` holds. The budget is CPU time, not the clock's: the command and its children may use
+        ``cpu_s`` CPU seconds to get there (more is a loop), and may go ``stalled_s`` seconds by the clock without
+        using any (longer is a hang). On a machine that other jobs keep busy the same work takes longer by the clock
+        (a 40 s wait alone took over 180 s beside three jobs on two cores and failed a wall-clock bound), not by
+        the CPU; a hang stops using it on any machine."""
+        used, progressed = self.cpu_seconds(), time.monotonic()
+        next_look = progressed + 0.5
         while not condition():
             if self.process.poll() is not None:
                 raise AssertionError(f"exited ({self.process.returncode}) before {what}:\n{self.log()[-4000:]}")
-            if time.monotonic() > deadline:
-                self.stop()
-                raise AssertionError(f"no {what} within {timeout} s:\n{self.log()[-4000:]}")
+            now = time.monotonic()
+            if now >= next_look:  # /proc is walked twice a second, the condition (a log read) every poll
+                cpu, next_look = self.cpu_seconds(), now + 0.5
+                if cpu > used:
+                    used, progressed = cpu, now
+                if used > cpu_s or now - progressed > stalled_s:
+                    self.stop()
+                    why = f"{used:.0f} CPU seconds" if used > cpu_s else f"{stalled_s:.0f} s without using the CPU"
+                    raise AssertionError(f"no {what} within {why}:\n{self.log()[-4000:]}")
             time.sleep(poll)
+
+    def cpu_seconds(self) -> float:
+        """CPU time (user + system) the command and its living descendants have used so far."""
+        return sum(cpu_seconds(pid) for pid in [self.pid, *descendants(self.pid)])
 
     def wait(self, timeout: float) -> int:
         try:
@@ -75,6 +92,23 @@ def children(pid: int) -> List[int]:
             if int(fields[1]) == pid and fields[0] != "Z":
                 found.append(int(entry.name))
     return found
+
+
+def descendants(pid: int) -> List[int]:
+    found = children(pid)
+    for child in list(found):
+        found += descendants(child)
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds ``pid`` has used, with its reaped children's (0 when it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # utime, stime, and those of its children it has waited for: stat's fields 14 to 17
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def spawned_workers(pid: int) -> List[int]:

@@ -72,7 +72,7 @@ def test_a_dead_worker_stops_the_run_with_a_message_and_it_resumes(mlm_data, tmp
     save = tmp_path / "ckpt"
     started = long_run(mlm_data, save, tmp_path / "killed.log")
     started.wait_until(lambda: (save / "checkpoint_last.pt").exists() and "num_updates=7," in started.log(),
-                       timeout=180, what="a checkpoint and two more updates")
+                       cpu_s=180, what="a checkpoint and two more updates")
     workers = spawned_workers(started.pid)
     assert len(workers) == 2
     killed = time.monotonic()
@@ -90,7 +90,7 @@ def test_a_dead_worker_stops_the_run_with_a_message_and_it_resumes(mlm_data, tmp
 def test_killing_the_parent_stops_its_workers(mlm_data, tmp_path):
     """Before, a kill -9 of fairseq-train left both spawned workers training (and writing checkpoints)."""
     started = long_run(mlm_data, tmp_path / "ckpt", tmp_path / "parent.log")
-    started.wait_until(lambda: "num_updates=2," in started.log(), timeout=180, what="two updates")
+    started.wait_until(lambda: "num_updates=2," in started.log(), cpu_s=180, what="two updates")
     workers = spawned_workers(started.pid)
     assert len(workers) == 2
     started.kill()

@@ -40,7 +40,7 @@ def test_kill_9_then_the_same_command_continues_exactly(model, mlm_data, uninter
     reference_dir, reference_losses = uninterrupted(model)
     save = tmp_path / "ckpt"
     first = Background("fairseq-train", *train_args(mlm_data, model, save), log=tmp_path / "first.log")
-    first.wait_until(lambda: (save / "checkpoint_1_8.pt").exists(), timeout=120, what="checkpoint at update 8")
+    first.wait_until(lambda: (save / "checkpoint_1_8.pt").exists(), cpu_s=120, what="checkpoint at update 8")
     first.kill()
     killed_at = max(losses(first.log()))
     assert killed_at < UPDATES, "the run finished before the kill: nothing was tested"
@@ -68,7 +68,7 @@ def test_kills_while_checkpoints_are_written_never_break_the_restart(mlm_data, u
     args = train_args(mlm_data, "lm-elu", save, UPDATES, "--save-interval-updates", "1", "--keep-interval-updates", "3")
     for attempt in range(4):
         started = Background("fairseq-train", *args, log=tmp_path / f"attempt{attempt}.log")
-        started.wait_until(lambda: started.log().count("Preparing to save checkpoint") >= 2, timeout=120,
+        started.wait_until(lambda: started.log().count("Preparing to save checkpoint") >= 2, cpu_s=120,
                            what="a second checkpoint being saved")
         time.sleep(rng.uniform(0.0, 0.03))
         started.kill()
