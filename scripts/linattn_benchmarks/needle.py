@@ -36,7 +36,7 @@ from .fairseq_runs import prepare_corpus, say
 from .machine import machine_line
 from .quality import LM_MODELS, MECHANISM_MODELS, SCALES, SOFTMAX_LM, Quality
 from .report import md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point, names_among, positive_int, positive_ints
+from .runner import ROOT, Study, entry_point, names_among, no_gpu_for, positive_int, positive_ints
 
 INSTRUCTION = ("A special magic number is hidden within the following text. Make sure to memorize it. I will quiz "
                "you about the number afterwards.")
@@ -137,6 +137,9 @@ class NeedleBenchmark(Study):
         parser.add_argument("--models", type=names_among(MECHANISM_MODELS), default=None,
                             help=f"some of the LMs, comma-separated (default: all of {', '.join(MECHANISM_MODELS)})")
         parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "needle"))
+
+    def problem(self, args) -> str:
+        return "" if args.quick else no_gpu_for(args.scale, SCALES[args.scale].device)
 
     def measure(self, args, data):
         scale = SCALES["quick" if args.quick else args.scale]

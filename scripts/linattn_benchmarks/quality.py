@@ -56,7 +56,7 @@ from .fairseq_runs import (
 )
 from .machine import machine_line
 from .report import curve_axes, md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point, names_among, positive_int, positive_ints
+from .runner import ROOT, Study, entry_point, names_among, no_gpu_for, positive_int, positive_ints
 
 # name -> (arch, options): the masked-LM encoders compared; k is a function of n
 MLM_MODELS = {
@@ -357,8 +357,10 @@ class QualityBenchmark(Study):
     def problem(self, args) -> str:
         s = self.scale(args)
         short = [n for n in s.lengths if n <= s.fixed_k]  # k >= n compresses nothing
-        return (f"--fixed-k {s.fixed_k} is not below n = {short[0]} (--lengths {','.join(map(str, s.lengths))}): "
-                "give lengths above k, or a smaller k") if short else ""
+        if short:
+            return (f"--fixed-k {s.fixed_k} is not below n = {short[0]} (--lengths {','.join(map(str, s.lengths))}): "
+                    "give lengths above k, or a smaller k")
+        return "" if args.quick else no_gpu_for(args.scale, s.device)
 
     def measure(self, args, data):
         scale = self.scale(args)

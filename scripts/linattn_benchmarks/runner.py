@@ -130,6 +130,15 @@ def parse_args(benchmark: Benchmark, argv: Optional[List[str]] = None) -> argpar
     return args
 
 
+def no_gpu_for(scale_name: str, device_args) -> str:
+    """argparse's error line for a scale that trains on a CUDA GPU (``device_args`` without --cpu) where torch sees
+    none, else "": said at start-up, not by the first fairseq-train after the wait for a quiet machine and the data."""
+    if "--cpu" in device_args or torch.cuda.is_available():
+        return ""
+    return (f"--scale {scale_name} trains with {' '.join(device_args)} on a CUDA GPU and torch sees none on this "
+            "machine: run it on a GPU machine, or leave --scale out (the default scale runs on CPU)")
+
+
 def positive_list(kind: type, what: str, example: str):
     """An argparse ``type``: comma-separated values of ``kind``, each > 0 (e.g. "1,2,4" -> [1, 2, 4]); anything
     else is argparse's one-line error."""

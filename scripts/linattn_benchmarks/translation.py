@@ -35,7 +35,7 @@ from fairseq_linattn.data.translation_data import prepare_translation_data
 from .fairseq_runs import BIN, USER_DIR, fairseq, parameter_count, say, seconds_per_update, train_seconds, valid_curve
 from .machine import machine_line
 from .report import curve_axes, log_axes, md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point, names_among, positive_int
+from .runner import ROOT, Study, entry_point, names_among, no_gpu_for, positive_int
 
 # name -> (arch, its attention per role): the softmax baseline, then linear_transformer's configurations
 MODELS = {
@@ -131,7 +131,7 @@ class TranslationBenchmark(Study):
         if args.retime and (args.quick or args.updates or args.seed != 1 or args.models != list(DEFAULT_MODELS)):
             return "--retime takes the earlier run's models, budget and seed: give it no --quick, --models, " \
                    "--updates or --seed"
-        return ""
+        return "" if args.quick else no_gpu_for(args.scale, SCALES[args.scale].device)
 
     def measure(self, args, data):
         if args.retime:
