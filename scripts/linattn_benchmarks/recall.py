@@ -214,6 +214,12 @@ class RecallBenchmark(Study):
                             help="train nothing: the table of the runs that are finished (logs, --earlier); a model "
                                  "whose learning rates were not all tried shows what was")
 
+    def problem(self, args) -> str:
+        s = self.scale(args)
+        odd = [width for width in s.widths if width % s.heads]
+        return (f"--widths {odd[0]} does not split into the study's {s.heads} heads: give multiples of {s.heads}"
+                if odd else "")
+
     def scale(self, args) -> Scale:
         s = SCALES["quick" if args.quick else "default"]
         if args.models:

@@ -83,6 +83,15 @@ def test_a_bad_sweep_size_is_one_line(argv, capsys):
     assert stop.value.code == 2 and f"error: argument {argv[0]}" in err[-1]
 
 
+def test_a_width_the_heads_do_not_divide_is_one_line(capsys):
+    with pytest.raises(SystemExit) as stop:
+        parse_args(RecallBenchmark(), ["--widths", "64,30"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and err[-1].endswith("error: --widths 30 does not split into the study's 4 heads: "
+                                                     "give multiples of 4")
+    assert parse_args(RecallBenchmark(), ["--widths", "64,36"]).widths == [64, 36]
+
+
 @pytest.mark.slow
 def test_quick_run_writes_the_tables_and_reads_finished_runs_back(tmp_path):
     command = [sys.executable, os.path.join(ROOT, "scripts", "bench_recall.py"), "--quick", "--out", str(tmp_path),
