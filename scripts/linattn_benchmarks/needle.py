@@ -139,7 +139,7 @@ class NeedleBenchmark(Study):
         parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "needle"))
 
     def problem(self, args) -> str:
-        return "" if args.quick else no_gpu_for(args.scale, SCALES[args.scale].device)
+        return no_gpu_for(args, SCALES)
 
     def measure(self, args, data):
         scale = SCALES["quick" if args.quick else args.scale]

@@ -360,7 +360,7 @@ class QualityBenchmark(Study):
         if short:
             return (f"--fixed-k {s.fixed_k} is not below n = {short[0]} (--lengths {','.join(map(str, s.lengths))}): "
                     "give lengths above k, or a smaller k")
-        return "" if args.quick else no_gpu_for(args.scale, s.device)
+        return no_gpu_for(args, SCALES)
 
     def measure(self, args, data):
         scale = self.scale(args)

@@ -130,12 +130,14 @@ def parse_args(benchmark: Benchmark, argv: Optional[List[str]] = None) -> argpar
     return args
 
 
-def no_gpu_for(scale_name: str, device_args) -> str:
-    """argparse's error line for a scale that trains on a CUDA GPU (``device_args`` without --cpu) where torch sees
-    none, else "": said at start-up, not by the first fairseq-train after the wait for a quiet machine and the data."""
-    if "--cpu" in device_args or torch.cuda.is_available():
+def no_gpu_for(args, scales: Dict) -> str:
+    """argparse's error line for ``--scale`` (of ``scales``) that trains on a CUDA GPU (its device arguments without
+    --cpu) where torch sees none, else "" (also for --quick): said at start-up, not by the first fairseq-train after
+    the wait for a quiet machine and the data."""
+    device_args = scales[args.scale].device
+    if args.quick or "--cpu" in device_args or torch.cuda.is_available():
         return ""
-    return (f"--scale {scale_name} trains with {' '.join(device_args)} on a CUDA GPU and torch sees none on this "
+    return (f"--scale {args.scale} trains with {' '.join(device_args)} on a CUDA GPU and torch sees none on this "
             "machine: run it on a GPU machine, or leave --scale out (the default scale runs on CPU)")
 
 

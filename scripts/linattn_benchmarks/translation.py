@@ -131,7 +131,7 @@ class TranslationBenchmark(Study):
         if args.retime and (args.quick or args.updates or args.seed != 1 or args.models != list(DEFAULT_MODELS)):
             return "--retime takes the earlier run's models, budget and seed: give it no --quick, --models, " \
                    "--updates or --seed"
-        return "" if args.quick else no_gpu_for(args.scale, SCALES[args.scale].device)
+        return no_gpu_for(args, SCALES)
 
     def measure(self, args, data):
         if args.retime:

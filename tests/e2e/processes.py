@@ -79,17 +79,21 @@ class Background:
         self._file.close()
 
 
+def _stat(pid) -> List[str]:
+    """/proc/<pid>/stat's fields after "(comm)": state, ppid, ... ([] when the process is gone)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return []
+
+
 def children(pid: int) -> List[int]:
     """The PIDs whose parent is ``pid`` (Linux /proc)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()  # after "(comm)": state, ppid, ...
-            if int(fields[1]) == pid and fields[0] != "Z":
+            fields = _stat(entry.name)
+            if fields and int(fields[1]) == pid and fields[0] != "Z":
                 found.append(int(entry.name))
     return found
 
@@ -103,12 +107,8 @@ def descendants(pid: int) -> List[int]:
 
 def cpu_seconds(pid: int) -> float:
     """CPU seconds ``pid`` has used, with its reaped children's (0 when it is gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
     # utime, stime, and those of its children it has waited for: stat's fields 14 to 17
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return sum(int(f) for f in _stat(pid)[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 def spawned_workers(pid: int) -> List[int]:
@@ -124,11 +124,8 @@ def _cmdline(pid: int) -> bytes:
 
 
 def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    fields = _stat(pid)
+    return bool(fields) and fields[0] != "Z"
 
 
 def wait_gone(pids: List[int], timeout: float) -> float:
