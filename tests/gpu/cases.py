@@ -83,13 +83,15 @@ def make(name: str, batch: int, heads: int, length: int, dim: int, dtype: torch.
 
     shape = (batch, heads, length, dim)
     t: Dict[str, Tensor] = {}
-    if name in ("elu", "relu"):
-        fm = build_feature_map(name, dim)
-        t["q"], t["k"] = fm(randn(*shape), is_query=True), fm(randn(*shape), is_query=False)
-    elif name == "favor":
-        fm = build_feature_map("favor", dim, num_features=dim).to(device)
-        t["q"] = fm(randn(*shape), is_query=True)
-        t["k"], t["log_scale"] = fm.key_features(randn(*shape))
+    kernel = name in ("elu", "relu", "favor")
+    if kernel:
+        # as KernelAttention makes them: projections in the model's dtype, features in the feature map's own (fp32
+        # for a half model; in fp16, FAVOR+'s gradient of its query features outgrows 65,504 at its true size)
+        fm = build_feature_map(name, dim, **({"num_features": dim} if name == "favor" else {})).to(device)
+        t["q"] = fm(randn(*shape).to(dtype), is_query=True)
+        t["k"], log_scale = fm.key_features(randn(*shape).to(dtype))
+        if log_scale is not None:
+            t["log_scale"] = log_scale
     elif name in ("retention", "gla"):
         t["q"], t["k"] = randn(*shape) * dim ** -0.5, randn(*shape)
         if name == "retention":
@@ -105,7 +107,7 @@ def make(name: str, batch: int, heads: int, length: int, dim: int, dtype: torch.
     else:
         raise ValueError(f"unknown case {name!r}; expected one of {CASES}")
     t["v"] = randn(*shape)
-    for n in ("q", "k", "v"):  # the op's inputs in the model's dtype; gates and log scales stay fp32, as made
+    for n in ("v",) if kernel else ("q", "k", "v"):  # the model's dtype; gates and log scales stay fp32, as made
         t[n] = t[n].to(dtype)
     for n, x in t.items():
         x = x.detach()

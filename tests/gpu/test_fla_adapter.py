@@ -5,6 +5,7 @@ adapter's, and they must give our ops' results. The real kernels: tests/gpu/test
 import pytest
 import torch
 
+from fairseq_linattn.attention import KernelAttention
 from fairseq_linattn.attention.ops import fla_kernels
 from tests.gpu.cases import CASES, make
 from tests.gpu.fake_fla import FAKE_FLA
@@ -68,6 +69,19 @@ def test_half_inputs_come_back_half_with_fp32_states(stand_in, name):
     assert out.dtype == torch.bfloat16
     assert all(x.dtype == torch.float32 for x in (s if isinstance(s, tuple) else (s,)))
     assert_matches_reference(out, ref, 1e-2, "bf16 output")
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", ["elu", "relu", "favor"])
+def test_kernel_cases_give_the_op_what_the_layer_gives_it(name, dtype):
+    """KernelAttention hands the op its feature map's output (fp32 in a half model) and v in the model's dtype: the
+    CUDA tests' inputs must be those (FAVOR+'s query-feature gradient in fp16 overflowed on an H200, an artefact)."""
+    case = make(name, 1, 2, 9, 8, dtype, "cpu", torch.Generator().manual_seed(4))
+    layer = KernelAttention(16, 2, feature_map=name, causal=True).to(dtype)
+    heads = torch.randn(1, 2, 9, 8, dtype=dtype)
+    assert case.tensors["q"].dtype == layer.feature_map(heads, is_query=True).dtype == torch.float32
+    assert case.tensors["k"].dtype == layer.feature_map.key_features(heads)[0].dtype == torch.float32
+    assert case.tensors["v"].dtype == dtype
 
 
 def test_dispatch_needs_fla_cuda_and_the_mode(monkeypatch):
