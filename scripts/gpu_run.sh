@@ -11,7 +11,9 @@
 #
 # Each stage has a time limit (seconds: WARM_S, TESTS_S, TRAIN_S, BENCH_S) so that the whole run ends inside one device call;
 # TEST_DTYPES (default "bf16 fp16 fp32"), TEST_FILTER (a pytest -k expression), PYTEST_ARGS, TRAIN_ARGS and BENCH_ARGS pass options on (e.g.
-# PYTEST_ARGS='-k gla', TRAIN_ARGS='--only gated-delta', BENCH_ARGS='--tables ops').
+# PYTEST_ARGS='-k gla', TRAIN_ARGS='--only gated-delta', BENCH_ARGS='--tables ops'); AUTOTUNE (default first: each
+# fla-core kernel at its first configuration that runs; quick or full: a search, which a 15-minute lease cannot
+# compile) is the benchmarks' --autotune, and the warm-up compiles for it.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$(mkdir -p "${1:-${OUT:-$root/gpu_out}}" && cd "${1:-${OUT:-$root/gpu_out}}" && pwd)"
@@ -37,9 +39,10 @@ pack() {  # results and logs so far, in one file (the device call returns at mos
 
 test_dtypes="${TEST_DTYPES:-bf16 fp16 fp32}"
 if [[ $stages == *warm* ]]; then
-  # the tests' dtypes, and the benchmarks' bf16 search (its kernels in every configuration, shared out among the cores)
+  # the tests' dtypes and the benchmarks' bf16 kernels, as the benchmarks will run them (AUTOTUNE), shared out among the cores
   (cd scripts && timeout "${WARM_S:-180}" python3 gpu_warm_kernels.py --dtypes "${test_dtypes// /,}" \
-    --timeout $(( ${WARM_S:-180} - 10 ))) >"$out/warm.log" 2>&1 || echo "the warm-up: exit $? (see warm.log)"
+    --autotune "${AUTOTUNE:-first}" --timeout $(( ${WARM_S:-180} - 10 ))) >"$out/warm.log" 2>&1 \
+    || echo "the warm-up: exit $? (see warm.log)"
   grep -E "^warm-up:|FAILED" "$out/warm.log" | tail -n 12
   pack
 fi
@@ -74,7 +77,7 @@ for f in "$out"/cuda_tests*.log; do tail -n 4 "$f"; done 2>/dev/null; tail -n 20
 pack
 
 if [[ $stages == *bench* ]]; then
-  (cd scripts && timeout "${BENCH_S:-300}" python3 bench_gpu.py --out "$out/results" ${BENCH_ARGS:-}) >"$out/bench.log" 2>&1 || status=1
+  (cd scripts && timeout "${BENCH_S:-300}" python3 bench_gpu.py --out "$out/results" --autotune "${AUTOTUNE:-first}" ${BENCH_ARGS:-}) >"$out/bench.log" 2>&1 || status=1
   grep -E "^(linformer|ops|lm|decoding) " "$out/bench.log" | tail -n 40
   pack
 fi

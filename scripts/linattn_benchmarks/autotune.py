@@ -22,6 +22,7 @@ import weakref
 from typing import Callable, List, NamedTuple, Optional
 
 MODES = "full, quick, first or I/N (shard I of N)"
+BENCHMARK_MODES = ("first", "quick", "full")  # what a benchmark may run under (bench_gpu.py --autotune)
 QUICK_WARMUP_MS, QUICK_REP_MS = 5, 20
 
 

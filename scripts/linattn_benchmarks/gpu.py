@@ -10,8 +10,10 @@
 4. ``gpu_decoding``: decoding tokens/s up to 64K positions, batch 1 and 64, and each model's cache per layer
    (a constant state against the KV cache).
 
-fla-core's kernels are tuned by Triton's autotuner as ``--autotune`` says (default ``quick``: every configuration,
-each timed for 5 + 20 ms, :mod:`.autotune`); scripts/gpu_warm_kernels.py compiles them beforehand.
+fla-core's kernels are tuned as ``--autotune`` says (:mod:`.autotune`): ``first`` (the default) runs each kernel at
+its first configuration that runs, tuning nothing, because a search compiles up to 48 configurations per kernel on
+one core and a 15-minute lease measured no point in 400 s of it (2026-11-27); ``quick`` searches every
+configuration, each timed for 5 + 20 ms; ``full`` is Triton's. scripts/gpu_warm_kernels.py compiles them beforehand.
 
 Times: CUDA events around each call, the median of ``--repeats`` after ``--warmup`` calls; memory: the peak
 allocated during one call above what was allocated before it. A case that runs out of memory is reported as
@@ -32,12 +34,14 @@ import torch.nn.functional as F
 from fairseq_linattn.attention.ops import fla_kernels
 from fairseq_linattn.models.standalone import DictionaryTask, build_model
 
+from .autotune import BENCHMARK_MODES, set_mode
 from .report import fmt_x, log_axes, md_table, pyplot, write_outputs
 from .runner import existing_file
 
 TABLES = ("linformer", "ops", "lm_training", "decoding")
 DTYPE = torch.bfloat16
 OOM = "out of memory"
+NOT_REACHED = {"skipped": "not reached: the run was stopped"}
 DEVICE = "cuda"  # --cpu-dry-run: "cpu", to check the tables' code on a machine without a GPU (no numbers to keep)
 
 
@@ -113,8 +117,10 @@ class Timer:
         return result
 
 
-AUTOTUNE = "quick"  # --autotune: how fla-core's kernels were tuned, said in every table
-AUTOTUNE_TEXT = {"quick": "fla-core's kernels autotuned over every configuration, 5 + 20 ms each",
+AUTOTUNE = "first"  # --autotune: how fla-core's kernels were tuned, said in every table
+AUTOTUNE_TEXT = {"first": "fla-core's kernels untuned, each at its first configuration that runs (ours and fla-core "
+                          "called directly alike; a search does not fit a lease)",
+                 "quick": "fla-core's kernels autotuned over every configuration, 5 + 20 ms each",
                  "full": "fla-core's kernels autotuned as Triton does (25 + 100 ms per configuration)"}
 
 
@@ -251,6 +257,7 @@ def ops(args, timer: Timer) -> Dict:
     b, h, d = args.op_shape
     rows = []
     cases = op_cases()
+    shape = {"batch": b, "heads": h, "head_dim": d}
     for n in args.lengths_ops:
         q, k, v = (torch.randn(b, h, n, d, device=DEVICE, dtype=DTYPE, requires_grad=True) for _ in range(3))
         grad = torch.randn(b, h, n, d, device=DEVICE, dtype=DTYPE)
@@ -272,11 +279,16 @@ def ops(args, timer: Timer) -> Dict:
             point[f"{name} ours"] = timer.measure(f"{name} ours", run_ours)
             point[f"{name} fla"] = (timer.measure(f"{name} fla", run_direct) if fla_kernels.available()
                                     else {"skipped": "fla-core not installed"})
+            # each case as it is measured: a stage stopped mid-length says how far it got (the first call of each
+            # kernel compiles it, which on a fresh GPU machine can take minutes)
+            print(f"ops n={n} {name}: ours {cell(point[f'{name} ours'])} ms, fla {cell(point[f'{name} fla'])} ms",
+                  flush=True)
+            timer.checkpoint({"points": rows + [point], "cases": list(cases), "shape": shape})
         rows.append(point)
-        timer.checkpoint({"points": rows, "cases": list(cases), "shape": {"batch": b, "heads": h, "head_dim": d}})
+        timer.checkpoint({"points": rows, "cases": list(cases), "shape": shape})
         print(f"ops n={n}: " + ", ".join(f"{c} {cell(r)} ms" for c, r in point.items() if c != "n"), flush=True)
         q = k = v = grad = None  # freed before the next length's
-    return {"points": rows, "cases": list(cases), "shape": {"batch": b, "heads": h, "head_dim": d}}
+    return {"points": rows, "cases": list(cases), "shape": shape}
 
 
 def render_ops(data: Dict) -> str:
@@ -292,14 +304,15 @@ def render_ops(data: Dict) -> str:
     for p in data["points"]:
         row = [p["n"], cell(p["SDPA flash"])]
         for c in data["cases"]:
-            ours, fla = p[f"{c} ours"], p[f"{c} fla"]
+            ours, fla = p.get(f"{c} ours", NOT_REACHED), p.get(f"{c} fla", NOT_REACHED)  # a stopped run's last n
             row.append(f"{cell(ours)} · {cell(fla)} · {fmt_x(ratio(ours, fla, 'ms'))} · "
                        f"{fmt_x(ratio(p['SDPA flash'], ours, 'ms'))}")
         rows.append(row)
     lines.append(md_table(headers, rows))
     lines.append("\nShortest measured n where ours is faster than SDPA (target: 4K or less):\n")
     for c in data["cases"]:
-        faster = [p["n"] for p in data["points"] if (ratio(p["SDPA flash"], p[f"{c} ours"], "ms") or 0) > 1]
+        faster = [p["n"] for p in data["points"]
+                  if (ratio(p["SDPA flash"], p.get(f"{c} ours", NOT_REACHED), "ms") or 0) > 1]
         lines.append(f"- {c}: {faster[0] if faster else 'not within the lengths measured'}")
     return "\n".join(lines)
 
@@ -506,7 +519,7 @@ def figure(table: str, data: Dict):
         ax.plot(*zip(*pts), marker="o", color="black", label="SDPA flash")
         for c in data["cases"]:
             for who, style in (("ours", "-"), ("fla", ":")):
-                pts = [(p["n"], p[f"{c} {who}"]["ms"]) for p in data["points"] if "ms" in p[f"{c} {who}"]]
+                pts = [(p["n"], p[f"{c} {who}"]["ms"]) for p in data["points"] if "ms" in p.get(f"{c} {who}", {})]
                 if pts:
                     ax.plot(*zip(*pts), style, marker="o", ms=3, label=f"{c} {who}")
         log_axes(ax, "n", "forward + backward ms")
@@ -571,9 +584,9 @@ def main(argv=None):
     parser.add_argument("--batches", type=ints, default=ints("1,64"))
     parser.add_argument("--decode-shape", type=ints, default=ints("6,768,12"), help="layers,dim,heads")
     parser.add_argument("--vocab", type=int, default=8192)
-    parser.add_argument("--autotune", default="quick",
-                        help="fla-core's autotuning: quick (every configuration, 5 + 20 ms each; default) or full "
-                             "(Triton's 25 + 100 ms)")
+    parser.add_argument("--autotune", choices=BENCHMARK_MODES, default="first",
+                        help="fla-core's autotuning: first (each kernel's first configuration that runs, no search; "
+                             "default), quick (every configuration, 5 + 20 ms each) or full (Triton's 25 + 100 ms)")
     parser.add_argument("--render", nargs="+", metavar="JSON", type=existing_file,
                         help="write the tables' markdown and figures again from their JSON (gpu_<table>.json), "
                              "e.g. one that a stopped run left; measures nothing")
@@ -588,8 +601,6 @@ def main(argv=None):
             write_table(args.out, data)
         return
     global DEVICE, DTYPE, AUTOTUNE
-    if args.autotune not in ("quick", "full"):
-        parser.error(f"--autotune {args.autotune}: expected quick or full")
     AUTOTUNE = args.autotune
     if args.cpu_dry_run:
         # fp32: this CPU has no bf16 matrix units, and its emulated bf16 products are ~60x slower than fp32 ones (a
@@ -605,8 +616,6 @@ def main(argv=None):
     elif not fla_kernels.available():
         parser.error("fla-core is not installed: pip install .[gpu] (scripts/gpu_run.sh installs the carried wheel)")
     else:
-        from .autotune import set_mode
-
         set_mode(AUTOTUNE)
     if args.quick:
         args.lengths_linformer, args.ks, args.lengths_ops = [512, 1024], [128, 256], [256, 512]

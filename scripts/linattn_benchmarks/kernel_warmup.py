@@ -2,15 +2,22 @@
 
 Triton compiles one configuration at a time on one core, and fla-core tunes each kernel over up to 48: on a fresh
 GPU machine that, not the measuring, filled two leases, four device calls (results/gpu_cuda_tests.md). Here N worker
-processes run the same small workload, each with its shard of every kernel's configurations (:mod:`.autotune`,
-``I/N``), so that together they compile every configuration the benchmarks' search will time, into Triton's on-disk
-cache that later processes read; the tests' kernels (their first configuration, autotune mode ``first``) are shared
-out among the workers. The workload: every causal op of tests/gpu/cases.py and of the ops table (forward, backward,
-a prompt then decoding steps), at the shapes' compile-time variants (a length that is a multiple of 16 and one that
-is not, head dim 64), in each dtype asked for. fp32 compiles under ``TRITON_F32_DEFAULT=ieee``, as the fp32 tests
-run.
+processes compile, in parallel, into Triton's on-disk cache that later processes read, what the benchmarks will run
+under ``--autotune`` (the same option as bench_gpu.py's):
 
-    python scripts/gpu_warm_kernels.py [--dtypes bf16,fp16,fp32] [--workers N] [--timeout S]
+* ``first`` (the default, as the benchmarks'): the workload's items, each at every kernel's first configuration
+  that runs, shared out among the workers;
+* ``quick`` or ``full`` (a full search): every worker runs the benchmarks' items with its shard of every kernel's
+  configurations (:mod:`.autotune`, ``I/N``), so that together they compile every configuration the search will
+  time. On an H200 with 16 workers, that took 38-54 s per op of the ops table (2026-11-27): a 15-minute lease
+  cannot afford it.
+
+The tests' items (their kernels at the first configuration, as the tests run them) are shared out in every mode.
+The workload: every causal op of tests/gpu/cases.py and of the ops table (forward, backward, a prompt then decoding
+steps), at the shapes' compile-time variants (a length that is a multiple of 16 and one that is not, head dim 64),
+in each dtype asked for. fp32 compiles under ``TRITON_F32_DEFAULT=ieee``, as the fp32 tests run.
+
+    python scripts/gpu_warm_kernels.py [--dtypes bf16,fp16,fp32] [--autotune first] [--workers N] [--timeout S]
 
 ``--cpu-dry-run`` runs the workload's code on the CPU (our ops, no Triton, fla-core's own calls left out): a check
 of this script, which compiles nothing.
@@ -24,6 +31,8 @@ import time
 import traceback
 from pathlib import Path
 from typing import Callable, List, Tuple
+
+from .autotune import BENCHMARK_MODES
 
 ROOT = Path(__file__).resolve().parents[2]
 DTYPES = ("bf16", "fp16", "fp32")
@@ -91,17 +100,19 @@ def test_items(dtype_name: str) -> List[Tuple[str, Callable[[], object]]]:
     return items
 
 
-def work(shard: int, shards: int, dtypes: List[str]) -> int:
-    """One worker: the benchmarks' items with shard ``shard`` of every kernel's configurations, then its share of
-    the tests' items at their first configuration. Returns the number of items that failed (each is reported)."""
+def work(shard: int, shards: int, dtypes: List[str], search: str) -> int:
+    """One worker: the benchmarks' items (under ``search`` ``first``: its share of them, at the first configuration;
+    otherwise all of them, with shard ``shard`` of every kernel's configurations), then its share of the tests'
+    items at their first configuration. Returns the number of items that failed (each is reported)."""
     sys.path.insert(0, str(ROOT))
     from . import autotune
 
-    items = []
-    if any(d != "fp32" for d in dtypes):
-        items += [(f"{shard}/{shards}", item) for item in benchmark_items()]
+    benchmarks = benchmark_items() if any(d != "fp32" for d in dtypes) else []
     tests = [item for d in dtypes for item in test_items(d)]
-    items += [("first", item) for item in tests[shard::shards]]
+    if search == "first":
+        items = [("first", item) for item in (benchmarks + tests)[shard::shards]]
+    else:
+        items = [(f"{shard}/{shards}", item) for item in benchmarks] + [("first", item) for item in tests[shard::shards]]
     failed = 0
     for mode, (label, run) in items:
         start = time.time()
@@ -115,11 +126,11 @@ def work(shard: int, shards: int, dtypes: List[str]) -> int:
     return failed
 
 
-def spawn(workers: int, dtypes: List[str], env: dict, deadline: float) -> int:
+def spawn(workers: int, dtypes: List[str], search: str, env: dict, deadline: float) -> int:
     """Start ``workers`` workers on ``dtypes`` and wait for them (until ``deadline``); returns how many failed."""
     dry_run = ["--cpu-dry-run"] if DEVICE == "cpu" else []
     procs = [subprocess.Popen([sys.executable, "-m", "linattn_benchmarks.kernel_warmup", "--worker", f"{i}/{workers}",
-                               "--dtypes", ",".join(dtypes), *dry_run], env={**os.environ, **env},
+                               "--dtypes", ",".join(dtypes), "--autotune", search, *dry_run], env={**os.environ, **env},
                               cwd=Path(__file__).resolve().parents[1]) for i in range(workers)]
     failed = 0
     for proc in procs:
@@ -142,6 +153,9 @@ def dtype_list(text: str) -> List[str]:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtypes", type=dtype_list, default=list(DTYPES), help="the tests' dtypes to compile for")
+    parser.add_argument("--autotune", choices=BENCHMARK_MODES, default="first",
+                        help="what the benchmarks will run (bench_gpu.py's --autotune): first (default) compiles each "
+                             "kernel's first configuration, quick and full every configuration")
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help="processes (default: one per core)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds for the whole warm-up (default 300)")
     parser.add_argument("--cpu-dry-run", action="store_true",
@@ -153,7 +167,7 @@ def main(argv=None):
         DEVICE = "cpu"
     if args.worker:
         shard, shards = (int(x) for x in args.worker.split("/"))
-        sys.exit(1 if work(shard, shards, args.dtypes) else 0)
+        sys.exit(1 if work(shard, shards, args.dtypes, args.autotune) else 0)
     import torch
 
     if not (args.cpu_dry_run or torch.cuda.is_available()):
@@ -163,10 +177,11 @@ def main(argv=None):
     start = time.time()
     deadline = start + args.timeout
     half = [d for d in args.dtypes if d != "fp32"]
-    failed = spawn(args.workers, half, {}, deadline) if half else 0
+    failed = spawn(args.workers, half, args.autotune, {}, deadline) if half else 0
     if "fp32" in args.dtypes:
-        failed += spawn(args.workers, ["fp32"], IEEE, deadline)
-    print(f"warm-up: {args.workers} workers, {', '.join(args.dtypes)}, {time.time() - start:.0f} s, "
+        failed += spawn(args.workers, ["fp32"], args.autotune, IEEE, deadline)
+    print(f"warm-up: {args.workers} workers, {', '.join(args.dtypes)}, --autotune {args.autotune}, "
+          f"{time.time() - start:.0f} s, "
           f"{failed} worker(s) with failures or out of time", flush=True)
     return failed
 

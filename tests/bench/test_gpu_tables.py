@@ -47,6 +47,17 @@ def test_cpu_dry_run_writes_every_table_and_render_draws_it_again(tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     markdown = (tmp_path / "rendered" / "gpu_lm_training.md").read_text()
     assert "before it was stopped" in markdown and "| 512 |" in markdown and "| 1024 |" not in markdown
+    # the ops table stopped mid-length (it keeps its points after each case): the cases not reached read "–"
+    ops["partial"] = True
+    last = ops["points"][-1]
+    for key in [key for key in last if key.startswith(ops["cases"][-1])]:
+        del last[key]
+    (tmp_path / "ops_stopped.json").write_text(json.dumps(ops))
+    proc = run("--render", str(tmp_path / "ops_stopped.json"), "--out", str(tmp_path / "rendered"))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    rows = (tmp_path / "rendered" / "gpu_ops.md").read_text().splitlines()
+    assert [r for r in rows if r.startswith("| 512 |")][0].endswith("| – · – · – · – |")
+    assert [r for r in rows if r.startswith("| 256 |")][0].endswith("x |")
 
 
 @pytest.mark.slow
@@ -60,22 +71,33 @@ def test_without_a_gpu_it_says_what_to_do():
 WARM = os.path.join(ROOT, "scripts", "gpu_warm_kernels.py")
 
 
-@pytest.mark.slow
-def test_kernel_warmup_dry_run_shares_the_workload_out_among_its_workers():
-    """Every worker runs the benchmarks' items (its shard of each kernel's configurations on a GPU) and its share
-    of the tests' items; fp32 in a second group (IEEE fp32 on a GPU). Here on our ops: a check of the script."""
+def warm_up_dry_run(*args):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, WARM, "--cpu-dry-run", "--workers", "2", "--dtypes", "bf16,fp32"],
+    proc = subprocess.run([sys.executable, WARM, "--cpu-dry-run", "--workers", "2", "--dtypes", "bf16,fp32", *args],
                           capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "FAILED" not in proc.stdout and "0 worker(s) with failures" in proc.stdout
     done = [line for line in proc.stdout.splitlines() if line.startswith("warm ")]
-    assert "FAILED" not in proc.stdout
+    tests = [line.split(": ", 1)[1] for line in done if ": tests: " in line]
+    assert sorted(tests) == sorted(set(tests)) and len(tests) == 14  # 7 cases x 2 dtypes, each once
+    return proc.stdout, done
+
+
+@pytest.mark.slow
+def test_kernel_warmup_dry_run_shares_the_workload_out_among_its_workers():
+    """Under --autotune first (the benchmarks' default) every item, the benchmarks' and the tests', runs once, on
+    one worker; under a full search every worker runs the benchmarks' items (its shard of each kernel's
+    configurations on a GPU) and its share of the tests'; fp32 in a second group (IEEE fp32 on a GPU). Here on our
+    ops: a check of the script."""
+    stdout, done = warm_up_dry_run()
+    assert "warm-up: 2 workers, bf16, fp32, --autotune first" in stdout
+    benchmarks = [line.split(": ", 1)[1] for line in done if ": ops table:" in line or ": decoding:" in line]
+    assert sorted(benchmarks) == sorted(set(benchmarks)) and len(benchmarks) == 5 + 7
+    assert all(f"warm {w}: " in " ".join(done) for w in ("0/2", "1/2"))
+    stdout, done = warm_up_dry_run("--autotune", "quick")
     for worker in ("0/2", "1/2"):
         assert sum(f"warm {worker}: ops table:" in line for line in done) == 5
         assert sum(f"warm {worker}: decoding:" in line for line in done) == 7
-    tests = [line.split(": ", 1)[1] for line in done if ": tests: " in line]
-    assert sorted(tests) == sorted(set(tests)) and len(tests) == 14  # 7 cases x 2 dtypes, each once
-    assert "warm-up: 2 workers, bf16, fp32" in proc.stdout and "0 worker(s) with failures" in proc.stdout
 
 
 @pytest.mark.slow
