@@ -7,6 +7,7 @@ import torch
 
 from fairseq_linattn.attention import KernelAttention
 from fairseq_linattn.attention.ops import fla_kernels
+from fairseq_linattn.attention.ops.delta_rule import chunk_delta_rule
 from tests.gpu.cases import CASES, make
 from tests.gpu.fake_fla import FAKE_FLA
 from tests.reference import assert_matches_reference, rel_diff
@@ -16,7 +17,7 @@ from tests.reference import assert_matches_reference, rel_diff
 def stand_in(monkeypatch):
     """fla-core's functions from the stand-in, dispatched to on CPU unless the mode is off."""
     monkeypatch.setattr(fla_kernels, "_fla", FAKE_FLA)
-    monkeypatch.setattr(fla_kernels, "dispatches", lambda q, v, gated=(): fla_kernels._mode != "off")
+    monkeypatch.setattr(fla_kernels, "dispatches", lambda q, v, gated=(), half_only=False: fla_kernels._mode != "off")
 
 
 def both_paths(case, run):
@@ -111,6 +112,32 @@ def test_gated_backward_falls_back_where_fla_refuses_it(monkeypatch):
             assert fla_kernels.dispatches(half, half, (g,))
     monkeypatch.setattr(fla_kernels, "GATED_BACKWARD_REFUSED", False)
     assert fla_kernels.dispatches(half, half, (g,))
+
+
+def test_fp32_skips_a_kernel_that_refuses_it(monkeypatch):
+    """fla-core 0.6.0's chunk_delta_rule asserts its inputs are not fp32: under ``all`` fp32 goes to fla-core
+    except there (our op runs it); half precision goes to it in any mode."""
+    monkeypatch.setattr(fla_kernels, "_fla", FAKE_FLA)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    fp32 = torch.randn(1, 2, 5, 8, device="meta")
+    half = fp32.to(torch.bfloat16)
+    with fla_kernels.use_fla("all"):
+        assert fla_kernels.dispatches(fp32, fp32) and not fla_kernels.dispatches(fp32, fp32, half_only=True)
+        assert fla_kernels.dispatches(half, half, half_only=True)
+    with fla_kernels.use_fla("auto"):
+        assert not fla_kernels.dispatches(fp32, fp32) and fla_kernels.dispatches(half, half, half_only=True)
+
+
+def test_the_delta_rule_without_a_decay_keeps_fp32_on_our_op(monkeypatch):
+    monkeypatch.setattr(fla_kernels, "_fla", FAKE_FLA)
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    decayed = []  # what went to fla-core: whether each call had a decay
+    monkeypatch.setattr(fla_kernels, "delta_rule", lambda q, k, v, beta, g, *rest: decayed.append(g is not None) or v)
+    t = make("gated-delta", 1, 2, 6, 8, torch.float32, "cpu", torch.Generator().manual_seed(5), grad=False).tensors
+    with fla_kernels.use_fla("all"):
+        chunk_delta_rule(t["q"], t["k"], t["v"], t["beta"])
+        chunk_delta_rule(t["q"], t["k"], t["v"], t["beta"], t["log_decay"])
+    assert decayed == [True]
 
 
 def test_a_constant_decay_per_head_is_not_a_gated_one():

@@ -23,9 +23,10 @@ state decaying by exp(ref_{t-1} - ref_t) <= 1 at each step, which is fla's ``sim
 log decay, so FAVOR+ takes the same kernel.
 
 fp32 inputs stay on our ops unless :func:`use_fla` says ``"all"``: fla-core's kernels run fp32 products in tf32
-(about 3e-4 relative) unless ``TRITON_F32_DEFAULT=ieee``. The mode (``auto``: half precision on CUDA; ``all``;
-``off``) comes from the environment variable ``FAIRSEQ_LINATTN_FLA`` at import, or from :func:`use_fla` (the
-tests and benchmarks switch it).
+(about 3e-4 relative) unless ``TRITON_F32_DEFAULT=ieee``. Even then the delta rule without a decay keeps fp32 on
+ours: fla-core 0.6.0's ``chunk_delta_rule`` asserts against it (read in its source; the GPU runs had not reached
+it). The mode (``auto``: half precision on CUDA; ``all``; ``off``) comes from the environment variable
+``FAIRSEQ_LINATTN_FLA`` at import, or from :func:`use_fla` (the tests and benchmarks switch it).
 """
 import contextlib
 import os
@@ -98,10 +99,11 @@ def use_fla(mode: str):
         _mode = previous
 
 
-def dispatches(q: Tensor, v: Tensor, gated_backward: Sequence[Optional[Tensor]] = ()) -> bool:
+def dispatches(q: Tensor, v: Tensor, gated_backward: Sequence[Optional[Tensor]] = (), half_only: bool = False) -> bool:
     """Whether the op called with these inputs runs fla-core's kernels (B x H x T x F CUDA tensors of a
     dtype the mode lets through, head dims that fit its blocks). ``gated_backward``: the inputs of an op whose fla
-    backward is a gated one; if any needs a gradient where fla-core refuses that backward, our op runs instead."""
+    backward is a gated one; if any needs a gradient where fla-core refuses that backward, our op runs instead.
+    ``half_only``: the kernel refuses fp32 whatever the mode (fla-core 0.6.0's chunk_delta_rule asserts it)."""
     if gated_backward and GATED_BACKWARD_REFUSED and torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in gated_backward):
         return False
@@ -110,7 +112,7 @@ def dispatches(q: Tensor, v: Tensor, gated_backward: Sequence[Optional[Tensor]] 
     if q.size(-1) > MAX_HEAD_DIM or v.size(-1) > MAX_HEAD_DIM:
         return False
     half = v.dtype in (torch.float16, torch.bfloat16)
-    return half or (_mode == "all" and v.dtype == torch.float32)
+    return half or (_mode == "all" and v.dtype == torch.float32 and not half_only)
 
 
 def _btf(x: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
