@@ -229,7 +229,9 @@ def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optiona
     """:func:`.delta_rule.chunk_delta_rule` (``recurrent``: one decoding step) through fla-core's delta-rule or
     gated-delta-rule kernels (keys already L2-normalised and queries scaled by the layer)."""
     dtype = v.dtype
-    inputs = dict(q=_btf(q, dtype), k=_btf(k, dtype), v=_btf(v), beta=_btf(beta, dtype), scale=1.0,
+    # β in fp32, as the layer makes it: fla-core's kernels load it in its own dtype and multiply in fp32; rounded to
+    # bf16 it alone moved the output by 1.9e-3 (our op, n = 1,000), against the 5e-3 the CUDA tests allow
+    inputs = dict(q=_btf(q, dtype), k=_btf(k, dtype), v=_btf(v), beta=_btf(beta, torch.float32), scale=1.0,
                   initial_state=_state(initial_state), output_final_state=return_state)
     if log_decay is None:
         run = _fla.fused_recurrent_delta_rule if recurrent else _fla.chunk_delta_rule
