@@ -39,6 +39,9 @@ from .report import fmt_x, log_axes, md_table, pyplot, write_outputs
 from .runner import existing_file
 
 TABLES = ("linformer", "ops", "lm_training", "decoding")
+# the tables' default shapes, which scripts/gpu_warm_kernels.py compiles fla-core's kernels at (Triton compiles each
+# batch size and head count apart): ops B,H,D; LM and decoding layers,dim,heads; decoding batches
+OP_SHAPE, LM_SHAPE, DECODE_SHAPE, BATCHES = (8, 16, 64), (6, 768, 12), (6, 768, 12), (1, 64)
 DTYPE = torch.bfloat16
 OOM = "out of memory"
 NOT_REACHED = {"skipped": "not reached: the run was stopped"}
@@ -224,7 +227,8 @@ def op_cases():
     def delta_inputs(q, k, v, gated=False):
         q = F.normalize(q.detach().float(), dim=-1).to(DTYPE).requires_grad_()
         k = F.normalize(k.detach().float(), dim=-1).to(DTYPE).requires_grad_()
-        beta = torch.sigmoid(torch.randn(q.shape[:3], device=DEVICE)).to(DTYPE).requires_grad_()
+        # fp32, as the layer makes it and as our op hands it to fla-core: both columns run the same kernels
+        beta = torch.sigmoid(torch.randn(q.shape[:3], device=DEVICE)).requires_grad_()
         extras = {"beta": beta}
         if gated:
             extras["log_decay"] = (-F.softplus(torch.randn(q.shape[:3], device=DEVICE)) / 10).requires_grad_()
@@ -574,15 +578,15 @@ def main(argv=None):
     parser.add_argument("--lengths-linformer", type=ints, default=ints("512,1024,2048,4096,8192,16384,32768,65536"))
     parser.add_argument("--ks", type=ints, default=ints("128,256,512,1024,2048"))
     parser.add_argument("--lengths-ops", type=ints, default=ints("1024,2048,4096,8192,16384,32768"))
-    parser.add_argument("--op-shape", type=ints, default=ints("8,16,64"), help="B,H,D of the ops table")
+    parser.add_argument("--op-shape", type=ints, default=list(OP_SHAPE), help="B,H,D of the ops table")
     parser.add_argument("--lengths-lm", type=ints, default=ints("2048,4096,8192,16384,32768"))
-    parser.add_argument("--lm-shape", type=ints, default=ints("6,768,12"), help="layers,dim,heads")
+    parser.add_argument("--lm-shape", type=ints, default=list(LM_SHAPE), help="layers,dim,heads")
     parser.add_argument("--profile", type=ints, default=[],
                         help="LM training: at these n, also profile one update of each model (torch.profiler's top "
                              "kernels, printed and kept in the JSON)")
     parser.add_argument("--positions", type=ints, default=ints("1024,4096,16384,65536"))
-    parser.add_argument("--batches", type=ints, default=ints("1,64"))
-    parser.add_argument("--decode-shape", type=ints, default=ints("6,768,12"), help="layers,dim,heads")
+    parser.add_argument("--batches", type=ints, default=list(BATCHES))
+    parser.add_argument("--decode-shape", type=ints, default=list(DECODE_SHAPE), help="layers,dim,heads")
     parser.add_argument("--vocab", type=int, default=8192)
     parser.add_argument("--autotune", choices=BENCHMARK_MODES, default="first",
                         help="fla-core's autotuning: first (each kernel's first configuration that runs, no search; "

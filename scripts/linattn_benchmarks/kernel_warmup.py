@@ -41,60 +41,84 @@ IEEE = {"TRITON_F32_DEFAULT": "ieee"}  # the fp32 tests' setting; Triton keys it
 DEVICE = "cuda"  # --cpu-dry-run: "cpu"
 
 
+def length(n: int) -> int:
+    """``n`` on a GPU; in a CPU dry run (which only checks the code) a short length in the same class for Triton,
+    which compiles lengths that are multiples of 16 apart from the others."""
+    return n if DEVICE == "cuda" else 32 + n % 16
+
+
 def benchmark_items() -> List[Tuple[str, Callable[[], object]]]:
-    """What the GPU tables' searches will tune (bf16): the ops table's calls, ours and fla-core's own, forward and
-    backward, and each case's decoding (a chunked prompt, then fused recurrent steps)."""
+    """What the GPU tables run (bf16) at their default shapes (Triton compiles each batch size and head count apart):
+    the ops table's calls, ours and fla-core's own, forward and backward; the LM table's linear models' ops (one
+    sequence per update), forward and backward; the decoding table's, a chunked prompt then fused recurrent steps, at
+    each batch."""
     import torch
 
-    from tests.gpu.cases import CASES, make
+    from tests.gpu.cases import make
 
     from . import gpu
 
     gpu.DEVICE = DEVICE  # the ops table's inputs are made there
     items = []
+    batch, heads, dim = gpu.OP_SHAPE
     for name, (ours, direct, inputs) in gpu.op_cases().items():
         def ops(ours=ours, direct=direct, inputs=inputs):
-            q, k, v = (torch.randn(1, 2, 1024, HEAD_DIM, device=DEVICE, dtype=gpu.DTYPE, requires_grad=True)
-                       for _ in range(3))
+            q, k, v = (torch.randn(batch, heads, length(1024), dim, device=DEVICE, dtype=gpu.DTYPE,
+                                   requires_grad=True) for _ in range(3))
             qq, kk, vv, extras = inputs(q, k, v)
             ours(qq, kk, vv, extras).float().sum().backward()
             if DEVICE == "cuda":
                 direct(qq, kk, vv, extras).float().sum().backward()
 
         items.append((f"ops table: {name}", ops))
-    for name in CASES:
-        def decoding(name=name):
-            case = make(name, 1, 2, 66, HEAD_DIM, gpu.DTYPE, DEVICE, torch.Generator().manual_seed(0), grad=False)
-            with torch.no_grad():
-                case.decode(prompt=64)
+    linear = ("elu", "gated-delta")  # the mechanisms of the LM and decoding tables' linear models
+    _, width, lm_heads = gpu.LM_SHAPE
+    for name in linear:
+        def lm(name=name):
+            g = torch.Generator().manual_seed(0)
+            case = make(name, 1, lm_heads, length(2048), width // lm_heads, gpu.DTYPE, DEVICE, g)
+            case.run(case.tensors).float().sum().backward()
 
-        items.append((f"decoding: {name}", decoding))
+        items.append((f"lm training: {name}", lm))
+    _, width, decode_heads = gpu.DECODE_SHAPE
+    for name in linear:
+        for decode_batch in gpu.BATCHES:
+            def decoding(name=name, decode_batch=decode_batch):
+                case = make(name, decode_batch, decode_heads, length(66), width // decode_heads, gpu.DTYPE, DEVICE,
+                            torch.Generator().manual_seed(0), grad=False)
+                with torch.no_grad():
+                    case.decode(prompt=length(64))
+
+            items.append((f"decoding: {name} batch {decode_batch}", decoding))
     return items
 
 
 def test_items(dtype_name: str) -> List[Tuple[str, Callable[[], object]]]:
-    """What tests/gpu/test_cuda_fla.py runs in ``dtype_name``, at small lengths: forward (with and without
-    gradients, from an initial state), backward, a prompt and decoding steps."""
+    """What tests/gpu/test_cuda_fla.py runs in ``dtype_name``, at its batch sizes and head counts: the forward from
+    no state (2 x 4 heads; 1 x 2 at 65,536), a prompt then decoding steps (3 x 4, the layers' too), and the
+    backward from an initial state (2 x 4). Mechanisms whose fp32 stays on our ops compile nothing in fp32."""
     import torch
 
     from fairseq_linattn.attention.ops import fla_kernels
-    from tests.gpu.cases import CASES, make
+    from tests.gpu.cases import CASES, FP32_ON_OUR_OPS, make
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype_name]
     mode = "all" if dtype_name == "fp32" else "auto"
     items = []
     for name in CASES:
+        if dtype_name == "fp32" and name in FP32_ON_OUR_OPS:
+            continue
+
         def run(name=name):
             g = torch.Generator().manual_seed(0)
             with fla_kernels.use_fla(mode):
-                for n in (1000, 1024):  # Triton compiles lengths that are multiples of 16 apart
-                    case = make(name, 2, 2, n, HEAD_DIM, dtype, DEVICE, g)
-                    state = case.initial_state(g)
-                    with torch.no_grad():
-                        case.run(case.tensors, state, return_state=True)
-                    case.run(case.tensors, state).float().sum().backward()
                 with torch.no_grad():
-                    make(name, 2, 2, 33, HEAD_DIM, dtype, DEVICE, g, grad=False).decode(prompt=29)
+                    for batch, heads, n in ((2, 4, 1000), (1, 2, 65_536)):
+                        case = make(name, batch, heads, length(n), HEAD_DIM, dtype, DEVICE, g, grad=False)
+                        case.run(case.tensors, return_state=True)
+                    make(name, 3, 4, length(333), HEAD_DIM, dtype, DEVICE, g, grad=False).decode(prompt=length(290))
+                case = make(name, 2, 4, length(2000), HEAD_DIM, dtype, DEVICE, g)
+                case.run(case.tensors, case.initial_state(g)).float().sum().backward()
 
         items.append((f"tests: {name} {dtype_name}", run))
     return items

@@ -19,6 +19,9 @@ from fairseq_linattn.attention.ops.gated_linear_attn import (
 from fairseq_linattn.attention.ops.linear_attn import causal_linear_attention, recurrent_linear_attention_step
 
 CASES = ("elu", "relu", "favor", "retention", "gla", "delta", "gated-delta")
+# fp32 never reaches fla-core for these (fla_kernels.dispatches' half_only): its chunk_delta_rule asserts against
+# fp32, and its gated delta rule's triangular solve runs in tf32 whatever TRITON_F32_DEFAULT says
+FP32_ON_OUR_OPS = ("delta", "gated-delta")
 
 
 @dataclass
@@ -87,7 +90,8 @@ def make(name: str, batch: int, heads: int, length: int, dim: int, dtype: torch.
     if kernel:
         # as KernelAttention makes them: projections in the model's dtype, features in the feature map's own (fp32
         # for a half model; in fp16, FAVOR+'s gradient of its query features outgrows 65,504 at its true size)
-        fm = build_feature_map(name, dim, **({"num_features": dim} if name == "favor" else {})).to(device)
+        # the map's own weights (FAVOR+'s ω) in the model's dtype too, as in a --fp16 / --bf16 model
+        fm = build_feature_map(name, dim, **({"num_features": dim} if name == "favor" else {})).to(device, dtype)
         t["q"] = fm(randn(*shape).to(dtype), is_query=True)
         t["k"], log_scale = fm.key_features(randn(*shape).to(dtype))
         if log_scale is not None:

@@ -141,16 +141,19 @@ def test_fp32_skips_a_kernel_that_refuses_it(monkeypatch):
         assert not fla_kernels.dispatches(fp32, fp32) and fla_kernels.dispatches(half, half, half_only=True)
 
 
-def test_the_delta_rule_without_a_decay_keeps_fp32_on_our_op(monkeypatch):
+def test_the_delta_rules_keep_fp32_on_our_op(monkeypatch):
+    """fla-core's chunk_delta_rule asserts against fp32 and its gated one solves in tf32: under ``all`` fp32 still
+    runs ours; bf16 goes to fla-core."""
     monkeypatch.setattr(fla_kernels, "_fla", FAKE_FLA)
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
-    decayed = []  # what went to fla-core: whether each call had a decay
-    monkeypatch.setattr(fla_kernels, "delta_rule", lambda q, k, v, beta, g, *rest: decayed.append(g is not None) or v)
-    t = make("gated-delta", 1, 2, 6, 8, torch.float32, "cpu", torch.Generator().manual_seed(5), grad=False).tensors
-    with fla_kernels.use_fla("all"):
-        chunk_delta_rule(t["q"], t["k"], t["v"], t["beta"])
-        chunk_delta_rule(t["q"], t["k"], t["v"], t["beta"], t["log_decay"])
-    assert decayed == [True]
+    sent = []  # the dtypes that went to fla-core
+    monkeypatch.setattr(fla_kernels, "delta_rule", lambda q, k, v, *rest: sent.append(v.dtype) or v)
+    for dtype in (torch.float32, torch.bfloat16):
+        t = make("gated-delta", 1, 2, 6, 8, dtype, "cpu", torch.Generator().manual_seed(5), grad=False).tensors
+        with fla_kernels.use_fla("all"):
+            chunk_delta_rule(t["q"], t["k"], t["v"], t["beta"])
+            chunk_delta_rule(t["q"], t["k"], t["v"], t["beta"], t["log_decay"])
+    assert sent == [torch.bfloat16, torch.bfloat16]
 
 
 def test_a_constant_decay_per_head_is_not_a_gated_one():

@@ -23,10 +23,11 @@ state decaying by exp(ref_{t-1} - ref_t) <= 1 at each step, which is fla's ``sim
 log decay, so FAVOR+ takes the same kernel.
 
 fp32 inputs stay on our ops unless :func:`use_fla` says ``"all"``: fla-core's kernels run fp32 products in tf32
-(about 3e-4 relative) unless ``TRITON_F32_DEFAULT=ieee``. Even then the delta rule without a decay keeps fp32 on
-ours: fla-core 0.6.0's ``chunk_delta_rule`` asserts against it (read in its source; the GPU runs had not reached
-it). The mode (``auto``: half precision on CUDA; ``all``; ``off``) comes from the environment variable
-``FAIRSEQ_LINATTN_FLA`` at import, or from :func:`use_fla` (the tests and benchmarks switch it).
+(about 3e-4 relative) unless ``TRITON_F32_DEFAULT=ieee``. Even then the delta rules keep fp32 on ours: fla-core
+0.6.0's ``chunk_delta_rule`` asserts against it, and its gated delta rule's triangular solve runs in tf32 whatever
+that setting says (both read in its source; the GPU runs had not reached them). The mode (``auto``: half precision
+on CUDA; ``all``; ``off``) comes from the environment variable ``FAIRSEQ_LINATTN_FLA`` at import, or from
+:func:`use_fla` (the tests and benchmarks switch it).
 """
 import contextlib
 import os
@@ -103,7 +104,7 @@ def dispatches(q: Tensor, v: Tensor, gated_backward: Sequence[Optional[Tensor]] 
     """Whether the op called with these inputs runs fla-core's kernels (B x H x T x F CUDA tensors of a
     dtype the mode lets through, head dims that fit its blocks). ``gated_backward``: the inputs of an op whose fla
     backward is a gated one; if any needs a gradient where fla-core refuses that backward, our op runs instead.
-    ``half_only``: the kernel refuses fp32 whatever the mode (fla-core 0.6.0's chunk_delta_rule asserts it)."""
+    ``half_only``: the kernel takes no fp32 whatever the mode (the delta rules: see the module doc)."""
     if gated_backward and GATED_BACKWARD_REFUSED and torch.is_grad_enabled() and any(
             t is not None and t.requires_grad for t in gated_backward):
         return False
@@ -229,8 +230,9 @@ def delta_rule(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optiona
     """:func:`.delta_rule.chunk_delta_rule` (``recurrent``: one decoding step) through fla-core's delta-rule or
     gated-delta-rule kernels (keys already L2-normalised and queries scaled by the layer)."""
     dtype = v.dtype
-    # β in fp32, as the layer makes it: fla-core's kernels load it in its own dtype and multiply in fp32; rounded to
-    # bf16 it alone moved the output by 1.9e-3 (our op, n = 1,000), against the 5e-3 the CUDA tests allow
+    # β in fp32, as the layer makes it: fla-core's kernels load it in its own dtype; they round β·k and β·v to the
+    # input dtype before their products anyway, so this saves one rounding of two and keeps β·KKᵀ in fp32 (rounding
+    # β to bf16 moved our own op's output by 1.9e-3 at n = 1,000; what it saves inside fla-core is not measured yet)
     inputs = dict(q=_btf(q, dtype), k=_btf(k, dtype), v=_btf(v), beta=_btf(beta, torch.float32), scale=1.0,
                   initial_state=_state(initial_state), output_final_state=return_state)
     if log_decay is None:

@@ -61,8 +61,9 @@ def chunk_delta_rule(
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be positive, got {chunk_size}")
     gated = () if log_decay is None else (q, k, v, beta, log_decay, initial_state)  # the gated delta rule's
-    # CUDA with fla-core: its kernels (see fla_kernels); its delta rule without a decay takes no fp32
-    if fla_kernels.dispatches(q, v, gated, half_only=log_decay is None):
+    # CUDA with fla-core: its kernels (see fla_kernels), in half precision only: its chunk_delta_rule asserts against
+    # fp32, and its gated delta rule's triangular solve runs in tf32 whatever TRITON_F32_DEFAULT says
+    if fla_kernels.dispatches(q, v, gated, half_only=True):
         initial_state = None if initial_state is None else matrix_state(initial_state, q, v, "initial_state")
         return fla_kernels.delta_rule(q, k, v, beta, log_decay, initial_state, return_state, False)
     *batch, length, feature_dim = q.shape
