@@ -9,13 +9,14 @@ under ``--autotune`` (the same option as bench_gpu.py's):
   that runs, shared out among the workers;
 * ``quick`` or ``full`` (a full search): every worker runs the benchmarks' items with its shard of every kernel's
   configurations (:mod:`.autotune`, ``I/N``), so that together they compile every configuration the search will
-  time. On an H200 with 16 workers, that took 38-54 s per op of the ops table (2026-11-27): a 15-minute lease
+  time. On an H200 with 16 workers, that took 27-54 s per op of the ops table (2026-11-27): a 15-minute lease
   cannot afford it.
 
 The tests' items (their kernels at the first configuration, as the tests run them) are shared out in every mode.
-The workload: every causal op of tests/gpu/cases.py and of the ops table (forward, backward, a prompt then decoding
-steps), at the shapes' compile-time variants (a length that is a multiple of 16 and one that is not, head dim 64),
-in each dtype asked for. fp32 compiles under ``TRITON_F32_DEFAULT=ieee``, as the fp32 tests run.
+The workload: the tables' ops at their default shapes (:func:`benchmark_items`) and every causal op of
+tests/gpu/cases.py at the tests' batch sizes and head counts (:func:`test_items`): fla-core's kernels take both as
+compile-time constants, and Triton compiles lengths that are multiples of 16 apart from the others, so each item
+keeps those and is short otherwise. fp32 compiles under ``TRITON_F32_DEFAULT=ieee``, as the fp32 tests run.
 
     python scripts/gpu_warm_kernels.py [--dtypes bf16,fp16,fp32] [--autotune first] [--workers N] [--timeout S]
 
