@@ -16,7 +16,8 @@ The tests' items (their kernels at the first configuration, as the tests run the
 The workload: the tables' ops at their default shapes (:func:`benchmark_items`) and every causal op of
 tests/gpu/cases.py at the tests' batch sizes and head counts (:func:`test_items`): fla-core's kernels take both as
 compile-time constants, and Triton compiles lengths that are multiples of 16 apart from the others, so each item
-keeps those and is short otherwise. fp32 compiles under ``TRITON_F32_DEFAULT=ieee``, as the fp32 tests run.
+runs at those shapes (on a GPU at the tests' and tables' own lengths, quick to run there; in a CPU dry run short
+ones of the same kind, :func:`length`). fp32 compiles under ``TRITON_F32_DEFAULT=ieee``, as the fp32 tests run.
 
     python scripts/gpu_warm_kernels.py [--dtypes bf16,fp16,fp32] [--autotune first] [--workers N] [--timeout S]
 
