@@ -288,8 +288,7 @@ def ops(args, timer: Timer) -> Dict:
             print(f"ops n={n} {name}: ours {cell(point[f'{name} ours'])} ms, fla {cell(point[f'{name} fla'])} ms",
                   flush=True)
             timer.checkpoint({"points": rows + [point], "cases": list(cases), "shape": shape})
-        rows.append(point)
-        timer.checkpoint({"points": rows, "cases": list(cases), "shape": shape})
+        rows.append(point)  # kept already, by the last case's checkpoint
         print(f"ops n={n}: " + ", ".join(f"{c} {cell(r)} ms" for c, r in point.items() if c != "n"), flush=True)
         q = k = v = grad = None  # freed before the next length's
     return {"points": rows, "cases": list(cases), "shape": shape}

@@ -19,6 +19,7 @@ from fairseq_linattn.attention.ops.gated_linear_attn import (
 from fairseq_linattn.attention.ops.linear_attn import causal_linear_attention, recurrent_linear_attention_step
 
 CASES = ("elu", "relu", "favor", "retention", "gla", "delta", "gated-delta")
+KERNEL_CASES = ("elu", "relu", "favor")  # kernel attention: q and k are a feature map's output
 # fp32 never reaches fla-core for these (fla_kernels.dispatches' half_only): its chunk_delta_rule asserts against
 # fp32, and its gated delta rule's triangular solve runs in tf32 whatever TRITON_F32_DEFAULT says
 FP32_ON_OUR_OPS = ("delta", "gated-delta")
@@ -33,7 +34,7 @@ class Case:
 
     @property
     def kernel(self) -> bool:
-        return self.name in ("elu", "relu", "favor")
+        return self.name in KERNEL_CASES
 
     @property
     def eps(self) -> float:
@@ -86,11 +87,11 @@ def make(name: str, batch: int, heads: int, length: int, dim: int, dtype: torch.
 
     shape = (batch, heads, length, dim)
     t: Dict[str, Tensor] = {}
-    kernel = name in ("elu", "relu", "favor")
+    kernel = name in KERNEL_CASES
     if kernel:
-        # as KernelAttention makes them: projections in the model's dtype, features in the feature map's own (fp32
-        # for a half model; in fp16, FAVOR+'s gradient of its query features outgrows 65,504 at its true size)
-        # the map's own weights (FAVOR+'s ω) in the model's dtype too, as in a --fp16 / --bf16 model
+        # as KernelAttention makes them: projections and the map's own weights (FAVOR+'s ω) in the model's dtype,
+        # features in the map's (fp32 for a half model; in fp16, FAVOR+'s gradient of its query features outgrows
+        # 65,504 at its true size)
         fm = build_feature_map(name, dim, **({"num_features": dim} if name == "favor" else {})).to(device, dtype)
         t["q"] = fm(randn(*shape).to(dtype), is_query=True)
         t["k"], log_scale = fm.key_features(randn(*shape).to(dtype))
