@@ -113,9 +113,9 @@ class Recall:
         # runs of earlier results (--earlier), as finished: their logs may be on another machine
         self.runs: Dict[tuple, Dict] = {(r["model"], r["width"], r["lr"], r["seed"]): r for r in earlier}
 
-    def train(self, model: str, width: int, lr: float, seed: int) -> Optional[Dict]:
+    def train(self, model: str, width: int, lr: float, seed: int, missing: bool = True) -> Optional[Dict]:
         """The run's results: cached, read back from its finished log, or trained (None: not there, and
-        ``train_missing`` is off)."""
+        ``train_missing`` or ``missing`` is off)."""
         key = (model, width, lr, seed)
         if key in self.runs:
             return self.runs[key]
@@ -125,7 +125,7 @@ class Recall:
         log_path = self.work / "logs" / f"{tag}.log"
         if log_path.exists() and "done training" in log_path.read_text(errors="replace"):
             log = log_path.read_text(errors="replace")  # a run an earlier call of the study finished
-        elif not self.train_missing:
+        elif not (self.train_missing and missing):
             return None
         else:
             log = self.fairseq_train(model, width, lr, seed, ffn, log_path)
@@ -247,18 +247,28 @@ class RecallBenchmark(Study):
         study, started = Recall(work, s, earlier, train_missing=not args.no_train), time.time()
         out = data.setdefault("study", {"scale": asdict(s), "lr_search": {}, "runs": []})
         for model in s.models:  # the learning rate, at one width and seed (trained here if no call has yet)
-            runs = {lr: study.train(model, s.lr_width, lr, s.lr_seed) for lr in s.lrs}
-            tried = {lr: run["accuracy"][s.headline] for lr, run in runs.items() if run is not None}
-            if not tried:
+            # one rate (--lrs): nothing to compare, so its run at the comparison's width and seed is trained only
+            # when --widths and --seeds ask for it (a call for seed 2 alone can run beside the call for seed 1)
+            single = len(s.lrs) == 1
+            tried = self.tried(study, model, s, missing=not single)
+            if not (tried or single):
                 continue
-            best = max(tried, key=lambda lr: (tried[lr], -lr))  # ties: the smaller rate
-            out["lr_search"][model] = {"tried": {f"{lr:g}": acc for lr, acc in tried.items()}, "best": best}
+            best = s.lrs[0] if single else max(tried, key=lambda lr: (tried[lr], -lr))  # ties: the smaller rate
             for width in s.widths:
                 for seed in s.seeds:
                     study.train(model, width, best, seed)
+            tried = self.tried(study, model, s, missing=False)
+            out["lr_search"][model] = {"tried": {f"{lr:g}": acc for lr, acc in tried.items()}, "best": best}
         out["runs"] = [run for run in study.runs.values() if run["model"] in out["lr_search"]]
         out["total_s"] = round(time.time() - started, 1)
         data["results"] = [{"case": model} for model in s.models]
+
+    @staticmethod
+    def tried(study: "Recall", model: str, s: Scale, missing: bool) -> Dict[float, float]:
+        """Each learning rate's accuracy on the headline shape at the comparison's width and seed, of the runs
+        there are (trained first if ``missing``)."""
+        runs = {lr: study.train(model, s.lr_width, lr, s.lr_seed, missing) for lr in s.lrs}
+        return {lr: run["accuracy"][s.headline] for lr, run in runs.items() if run is not None}
 
     def render(self, data):
         study = data["study"]

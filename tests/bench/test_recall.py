@@ -59,20 +59,44 @@ def test_the_sweep_is_sized_from_the_command_line():
 def test_the_learning_rate_is_searched_at_seed_1_whichever_seeds_a_call_runs(tmp_path, monkeypatch):
     """A call for a third seed alone must use the rate seed 1 found, not search again at seed 3 (which could pick
     another rate and compare seeds trained at different rates)."""
+    trained = fake_training(monkeypatch)
+    data = measure(tmp_path, "--lrs", "2e-3,5e-4", "--seeds", "3")
+    assert trained == [(64, 2e-3, 1), (64, 5e-4, 1), (64, 2e-3, 3)]
+    assert data["study"]["lr_search"]["gdn2"]["best"] == 2e-3
+
+
+def test_one_learning_rate_trains_only_the_seeds_asked_for(tmp_path, monkeypatch):
+    """With one rate there is nothing to compare: a call for seed 2 alone trains seed 2 only, so that it can run
+    beside the call for seed 1; seed 1's run, once finished, is the rate's entry in the learning-rate table."""
+    trained = fake_training(monkeypatch)
+    data = measure(tmp_path, "--lrs", "2e-3", "--seeds", "2")
+    assert trained == [(64, 2e-3, 2)]
+    assert data["study"]["lr_search"]["gdn2"] == {"tried": {}, "best": 2e-3}
+    data = measure(tmp_path, "--lrs", "2e-3", "--seeds", "1,2")
+    assert trained == [(64, 2e-3, 2), (64, 2e-3, 1)]
+    assert data["study"]["lr_search"]["gdn2"] == {"tried": {"0.002": 2e-3}, "best": 2e-3}
+
+
+def fake_training(monkeypatch):
+    """Recall.train without fairseq: a run's headline accuracy is its rate at seed 1 (0 at other seeds); returns the
+    (width, lr, seed) trained, in order (a run already trained is read back, as from its finished log)."""
     trained = []
 
-    def train(self, model, width, lr, seed):
-        trained.append((width, lr, seed))
+    def train(self, model, width, lr, seed, missing=True):
+        if (width, lr, seed) not in trained:
+            if not missing:
+                return None
+            trained.append((width, lr, seed))
         return {"model": model, "width": width, "lr": lr, "seed": seed, "accuracy": {self.s.headline: lr * (seed == 1)}}
 
     monkeypatch.setattr(Recall, "train", train)
-    study = RecallBenchmark()
-    args = parse_args(study, ["--models", "gdn2", "--lrs", "2e-3,5e-4", "--widths", "64", "--seeds", "3",
-                              "--work-dir", str(tmp_path)])
-    data = {}
-    study.measure(args, data)
-    assert trained == [(64, 2e-3, 1), (64, 5e-4, 1), (64, 2e-3, 3)]
-    assert data["study"]["lr_search"]["gdn2"]["best"] == 2e-3
+    return trained
+
+
+def measure(work_dir, *argv):
+    study, data = RecallBenchmark(), {}
+    study.measure(parse_args(study, ["--models", "gdn2", "--widths", "64", "--work-dir", str(work_dir), *argv]), data)
+    return data
 
 
 @pytest.mark.parametrize("argv", [["--lrs", "0"], ["--lrs", "fast"], ["--models", "mamba"], ["--widths", "0"]])
