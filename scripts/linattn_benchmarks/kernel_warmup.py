@@ -145,11 +145,19 @@ def work(shard: int, shards: int, dtypes: List[str], search: str) -> int:
         try:
             with autotune.mode(mode) if DEVICE == "cuda" else contextlib.nullcontext():
                 run()
-            print(f"warm {shard}/{shards}: {label} ({mode}) {time.time() - start:.1f} s", flush=True)
+            say_line(f"warm {shard}/{shards}: {label} ({mode}) {time.time() - start:.1f} s")
         except Exception:  # a kernel this Triton cannot build: the test or benchmark will report it in context
             failed += 1
-            print(f"warm {shard}/{shards}: {label} ({mode}) FAILED\n{traceback.format_exc()}", flush=True)
+            say_line(f"warm {shard}/{shards}: {label} ({mode}) FAILED\n{traceback.format_exc()}")
     return failed
+
+
+def say_line(text: str):
+    """``text`` and its newline to stdout in one write. The workers share the stream, and print's two writes (the
+    text, then the newline) let another worker's line in between them on a busy machine (seen: "... 0.0 swarm 0/2:
+    ..."); one write of a line (under the pipe's 4 KiB) is never split."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 def spawn(workers: int, dtypes: List[str], search: str, env: dict, deadline: float) -> int:

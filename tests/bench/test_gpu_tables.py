@@ -111,3 +111,22 @@ def test_kernel_warmup_without_a_gpu_says_what_to_do():
     proc = subprocess.run([sys.executable, WARM, "--dtypes", "bf16,int8"], capture_output=True, text=True,
                           timeout=300, cwd=ROOT)
     assert proc.returncode == 2 and "expected a comma-separated list of bf16, fp16, fp32" in proc.stderr
+
+
+def test_a_warmup_worker_writes_each_line_in_one_write(monkeypatch):
+    """The workers share stdout: a line and its newline in two writes (print's) let another worker's line in between
+    on a busy machine, which the dry-run test above then miscounts (it failed so on a loaded CPU)."""
+    from linattn_benchmarks import kernel_warmup
+
+    writes = []
+
+    class Stream:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stdout", Stream())
+    kernel_warmup.say_line("warm 0/2: ops table: gla (first) 0.1 s")
+    assert writes == ["warm 0/2: ops table: gla (first) 0.1 s\n"]
