@@ -139,6 +139,13 @@ class Recall:
             + ", ".join(f"{split} {acc:.3f}" for split, acc in run["accuracy"].items()), "recall")
         return run
 
+    def tried(self, model: str, missing: bool) -> Dict[float, float]:
+        """Each learning rate's accuracy on the headline shape at the comparison's width and seed, of the runs
+        there are (trained first if ``missing``)."""
+        s = self.s
+        runs = {lr: self.train(model, s.lr_width, lr, s.lr_seed, missing) for lr in s.lrs}
+        return {lr: run["accuracy"][s.headline] for lr, run in runs.items() if run is not None}
+
     def fairseq_train(self, model: str, width: int, lr: float, seed: int, ffn: int, log_path: Path) -> str:
         s = self.s
         arch, options = MODELS[model]
@@ -250,25 +257,18 @@ class RecallBenchmark(Study):
             # one rate (--lrs): nothing to compare, so its run at the comparison's width and seed is trained only
             # when --widths and --seeds ask for it (a call for seed 2 alone can run beside the call for seed 1)
             single = len(s.lrs) == 1
-            tried = self.tried(study, model, s, missing=not single)
+            tried = study.tried(model, missing=not single)
             if not (tried or single):
                 continue
             best = s.lrs[0] if single else max(tried, key=lambda lr: (tried[lr], -lr))  # ties: the smaller rate
             for width in s.widths:
                 for seed in s.seeds:
                     study.train(model, width, best, seed)
-            tried = self.tried(study, model, s, missing=False)
+            tried = study.tried(model, missing=False)
             out["lr_search"][model] = {"tried": {f"{lr:g}": acc for lr, acc in tried.items()}, "best": best}
         out["runs"] = [run for run in study.runs.values() if run["model"] in out["lr_search"]]
         out["total_s"] = round(time.time() - started, 1)
         data["results"] = [{"case": model} for model in s.models]
-
-    @staticmethod
-    def tried(study: "Recall", model: str, s: Scale, missing: bool) -> Dict[float, float]:
-        """Each learning rate's accuracy on the headline shape at the comparison's width and seed, of the runs
-        there are (trained first if ``missing``)."""
-        runs = {lr: study.train(model, s.lr_width, lr, s.lr_seed, missing) for lr in s.lrs}
-        return {lr: run["accuracy"][s.headline] for lr, run in runs.items() if run is not None}
 
     def render(self, data):
         study = data["study"]
