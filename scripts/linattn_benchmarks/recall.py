@@ -273,8 +273,7 @@ class RecallBenchmark(Study):
     def render(self, data):
         study = data["study"]
         s = Scale(**{k: tuple(v) if isinstance(v, list) else v for k, v in study["scale"].items()})
-        best = {m: r["best"] for m, r in study["lr_search"].items()}
-        runs = [r for r in study["runs"] if r["lr"] == best[r["model"]]]
+        runs = table_runs(study, s)
         lines = ["### Recall: multi-query associative recall (MQAR) for every mechanism beside softmax", "",
                  f"{machine_line(data['machine'], data['load_start'], data['load_end'])}.", "",
                  f"Every model: {s.layers} layers, {s.heads} heads, d_model {', '.join(map(str, s.widths))}; "
@@ -312,13 +311,16 @@ class RecallBenchmark(Study):
     def plot(self, data):
         study = data["study"]
         s = Scale(**{k: tuple(v) if isinstance(v, list) else v for k, v in study["scale"].items()})
-        best = {m: r["best"] for m, r in study["lr_search"].items()}
+        runs = table_runs(study, s)
         plt = pyplot()
         fig, axes = plt.subplots(1, len(s.splits), figsize=(4 * len(s.splits), 3.6), squeeze=False)
         for ax, split in zip(axes[0], s.splits):
             for model in s.models:
-                points = sorted((r["width"], r["accuracy"][split]) for r in study["runs"]
-                                if r["model"] == model and r["lr"] == best[model])
+                by_width = {}
+                for r in runs:
+                    if r["model"] == model:
+                        by_width.setdefault(r["width"], []).append(r["accuracy"][split])
+                points = sorted((width, sum(a) / len(a)) for width, a in by_width.items())  # the mean over seeds
                 if points:
                     ax.plot(*zip(*points), marker="o", ms=3, label=model)
             ax.set_xscale("log", base=2)
@@ -330,6 +332,13 @@ class RecallBenchmark(Study):
         axes[0][-1].legend(fontsize=7)
         fig.tight_layout()
         return titled(fig, "MQAR accuracy by width", data)
+
+
+def table_runs(study: Dict, s: Scale) -> List[Dict]:
+    """The runs the tables and the plot show: each model's at its best rate, of the seeds this call names (runs of
+    other seeds read back from the work dir or --earlier stay in the JSON, but a call for seed 2 shows seed 2)."""
+    best = {m: r["best"] for m, r in study["lr_search"].items()}
+    return [r for r in study["runs"] if r["lr"] == best[r["model"]] and r["seed"] in s.seeds]
 
 
 def tried_cell(tried: Dict[str, float], lr: float) -> str:

@@ -1,6 +1,7 @@
 """The recall study: what it reads back from fairseq's logs, the parameter equalisation, and its --quick run
 through the real command lines (learning-rate search, then each model at its best rate) producing the table,
 JSON and plot, and reading a finished run back instead of training it again."""
+import dataclasses
 import json
 import os
 import re
@@ -75,6 +76,24 @@ def test_one_learning_rate_trains_only_the_seeds_asked_for(tmp_path, monkeypatch
     data = measure(tmp_path, "--lrs", "2e-3", "--seeds", "1,2")
     assert trained == [(64, 2e-3, 2), (64, 2e-3, 1)]
     assert data["study"]["lr_search"]["gdn2"] == {"tried": {"0.002": 2e-3}, "best": 2e-3}
+
+
+def test_the_table_shows_the_seeds_the_call_names(tmp_path):
+    """Runs of other seeds read back (from the work dir or --earlier) stay in the JSON for later merges, but the table
+    of a call for seed 2 averages seed 2 alone, as its header says (it once averaged the read-back seed 1 in)."""
+    s = dataclasses.replace(SCALES["default"], models=("gdn2",), widths=(64,), seeds=(2,), lrs=(2e-3,))
+    runs = [{"model": "gdn2", "width": 64, "lr": 2e-3, "seed": seed, "params": 1, "seconds_per_update": 1.0,
+             "train_seconds": 60.0, "accuracy": {split: accuracy for split in s.splits}, "updates_to_90": None}
+            for seed, accuracy in ((1, 0.125), (2, 0.5))]
+    runs.append({**runs[0], "lr": 5e-4, "seed": 2, "accuracy": {split: 0.875 for split in s.splits}})  # not the best
+    machine = {"cpu": "CPU", "usable_cores": 2, "mem_total_gb": 1, "torch": "t", "threads": 1, "python": "3"}
+    data = {"machine": machine, "load_start": [0, 0, 0], "load_end": [0, 0, 0],
+            "study": {"scale": dataclasses.asdict(s), "lr_search": {"gdn2": {"tried": {}, "best": 2e-3}},
+                      "runs": runs, "total_s": 60}}
+    table, _ = RecallBenchmark().render(data)
+    row = next(line for line in table.splitlines() if line.startswith("| gdn2 | 64 |"))
+    assert "| 0.500 |" in row and "0.125" not in row and "0.312" not in row and "0.875" not in row
+    assert "seeds 2." in table
 
 
 def fake_training(monkeypatch):
