@@ -122,22 +122,43 @@ class TranslationBenchmark(Study):
         parser.add_argument("--seed", type=positive_int, default=1, help="every training run's seed (default 1)")
         parser.add_argument("--locale-dir", action="append",
                             help="where the message catalogs are (default: the system's locale folders)")
+        parser.add_argument("--baseline-from", metavar="JSON",
+                            help="softmax's training and scores from an earlier run of the same budget and seed (its "
+                                 "translation.json) instead of training it again: a further seed of a configuration "
+                                 "costs that configuration only. Generation speed at length then uses that run's "
+                                 "softmax checkpoint if it is still in place, and is left out if not")
         parser.add_argument("--retime", type=earlier_run, metavar="JSON",
                             help="time the generation at length again for an earlier run (its translation.json; its "
                                  "checkpoints, where its --work-dir put them), keeping its training and scores: "
                                  "nothing is trained, generated or deleted")
 
     def problem(self, args) -> str:
-        if args.retime and (args.quick or args.updates or args.seed != 1 or args.models != list(DEFAULT_MODELS)):
+        if args.retime and (args.quick or args.updates or args.seed != 1 or args.models != list(DEFAULT_MODELS)
+                            or args.baseline_from):
             return "--retime takes the earlier run's models, budget and seed: give it no --quick, --models, " \
-                   "--updates or --seed"
+                   "--updates, --seed or --baseline-from"
+        if args.baseline_from:
+            try:
+                baseline = baseline_run(args.baseline_from)
+            except ValueError as error:
+                return str(error)
+            ours, theirs = asdict(self.scale(args)), baseline["study"]["scale"]
+            differ = [k for k in ours if json.loads(json.dumps(ours[k])) != theirs.get(k)]
+            if differ:
+                return (f"--baseline-from {args.baseline_from} was trained with another "
+                        f"{', '.join(differ)} ({', '.join(f'{k} {theirs.get(k)}' for k in differ)}, this call: "
+                        f"{', '.join(f'{k} {ours[k]}' for k in differ)}): give the same --scale, --updates and --seed")
         return no_gpu_for(args, SCALES)
+
+    def scale(self, args) -> Scale:
+        s = SCALES["quick" if args.quick else args.scale]
+        return replace(s, updates=args.updates or s.updates, seed=args.seed)
 
     def measure(self, args, data):
         if args.retime:
             return retime(args.retime, data)
-        scale = SCALES["quick" if args.quick else args.scale]
-        scale = replace(scale, updates=args.updates or scale.updates, seed=args.seed)
+        scale = self.scale(args)
+        baseline = baseline_run(args.baseline_from) if args.baseline_from else None
         work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
         if work.exists():
             shutil.rmtree(work)
@@ -147,12 +168,24 @@ class TranslationBenchmark(Study):
         out["pairs"] = prepare_translation_data(data_bin, scale.vocab, args.locale_dir or LOCALE_DIRS,
                                                 min_pairs=scale.min_pairs)
         say(f"data: {out['pairs']}", "translation")
+        if baseline and baseline["study"]["pairs"] != out["pairs"]:
+            raise SystemExit(f"error: --baseline-from {baseline['path']} was trained on other data "
+                             f"({baseline['study']['pairs']} pairs, here {out['pairs']}): train softmax again "
+                             "(leave --baseline-from out)")
         out["models"] = {}
         models = [SOFTMAX] + [m for m in args.models if m != SOFTMAX]  # the baseline always, first
+        checkpoints = {name: checkpoint(work, name) for name in models}
         for name in models:
+            if name == SOFTMAX and baseline:
+                out["models"][name] = {**baseline["study"]["models"][SOFTMAX], "read_from": baseline["path"]}
+                checkpoints[name] = baseline["softmax_checkpoint"]
+                continue
             arch, extra = MODELS[name]
             out["models"][name] = self.train_and_score(work, data_bin, scale, name, arch, extra)
-        out["speed_at_length"] = speed_at_length({name: checkpoint(work, name) for name in models}, data_bin, scale)
+        if all(path.exists() for path in checkpoints.values()):
+            out["speed_at_length"] = speed_at_length(checkpoints, data_bin, scale)
+        else:  # the baseline's checkpoint is gone: no side-by-side timing to make
+            say(f"generation speed at length left out: {checkpoints[SOFTMAX]} is gone", "translation")
         out["total_s"] = round(time.time() - started, 1)
         data["results"] = [{"case": name} for name in out["models"]]
 
@@ -202,6 +235,19 @@ def earlier_run(path: str) -> Dict:
         raise argparse.ArgumentTypeError(f"{path}: the run's checkpoint {missing[0]} is gone (its work folder was "
                                          "deleted or moved): nothing to time")
     return {**earlier, "path": path, "work": str(work)}
+
+
+def baseline_run(path: str) -> Dict:
+    """--baseline-from: an earlier run's results (translation.json) with softmax among its models; where its softmax
+    checkpoint was (it may be gone: the run's scores are what is read)."""
+    try:
+        earlier = json.loads(Path(path).read_text())
+        study, args = earlier["study"], earlier["args"]
+        study["models"][SOFTMAX]["sacrebleu"]
+    except (OSError, ValueError, KeyError) as error:  # ValueError: what problem() turns into argparse's error line
+        raise ValueError(f"--baseline-from {path} is not a translation.json with a trained softmax model ({error})")
+    work = Path(args["work_dir"]) / ("quick" if args["quick"] else args["scale"])
+    return {**earlier, "path": path, "softmax_checkpoint": checkpoint(work, SOFTMAX)}
 
 
 def checkpoint(work: Path, name: str) -> Path:
@@ -339,8 +385,16 @@ def render(data) -> Tuple[str, List[str]]:
               f"sacrebleu's CLI; BLEU signature `{signature['BLEU']}`, chrF `{signature['chrF2']}`):", "",
               md_table(["model", "parameters", "decoder FFN", "valid loss (base 2)", "BLEU", "chrF", "s / update",
                         *(f"sentences/s beam {b}" for b in s.beams)], rows), ""]
-    speed = study["speed_at_length"]
     others = [name for name in models if name != SOFTMAX]
+    read_from = models[SOFTMAX].get("read_from")
+    if read_from:
+        lines += [f"softmax's training and scores are those of `{read_from}` (`--baseline-from`: the same budget, seed "
+                  "and data), not trained again by this call.", ""]
+    speed = study.get("speed_at_length")
+    if speed is None:
+        lines += ["**Generation speed at length**: left out (the baseline's checkpoint, from `--baseline-from`, was "
+                  "gone: there was nothing to time side by side).", ""]
+        return "\n".join(lines), quality_verdicts(models, others)
     # results from before the baseline was also timed with lean decoding have only fairseq's own form
     baselines = [SOFTMAX] + ([SOFTMAX_LEAN] if SOFTMAX_LEAN in speed else [])
     rows = []
@@ -361,13 +415,9 @@ def render(data) -> Tuple[str, List[str]]:
                  if SOFTMAX_LEAN in baselines else "") + "):", "",
               md_table(["L = source + target", "source = target", "beam", *(f"{base} ms/token" for base in baselines),
                         *(f"{name} ms/token" for name in others)], rows), ""]
-    soft = models[SOFTMAX]["sacrebleu"]
     verdicts = []
-    for name in others:
-        lin = models[name]["sacrebleu"]
-        verdicts.append(f"{name}: BLEU {lin['BLEU']['score']:.2f} vs {soft['BLEU']['score']:.2f} softmax "
-                        f"({lin['BLEU']['score'] - soft['BLEU']['score']:+.2f}); chrF {lin['chrF2']['score']:.2f} vs "
-                        f"{soft['chrF2']['score']:.2f} ({lin['chrF2']['score'] - soft['chrF2']['score']:+.2f})")
+    for name, verdict in zip(others, quality_verdicts(models, others)):
+        verdicts.append(verdict)
         for base in baselines:
             for b in map(str, s.beams):
                 ratios = ", ".join(f"L={length}: {speed[base][str(length)][b] / speed[name][str(length)][b]:.2f}x"
@@ -376,12 +426,24 @@ def render(data) -> Tuple[str, List[str]]:
     return "\n".join(lines), verdicts
 
 
+def quality_verdicts(models: Dict, others: List[str]) -> List[str]:
+    """One line per configuration: its BLEU and chrF against softmax's."""
+    soft = models[SOFTMAX]["sacrebleu"]
+    lines = []
+    for name in others:
+        lin = models[name]["sacrebleu"]
+        lines.append(f"{name}: BLEU {lin['BLEU']['score']:.2f} vs {soft['BLEU']['score']:.2f} softmax "
+                     f"({lin['BLEU']['score'] - soft['BLEU']['score']:+.2f}); chrF {lin['chrF2']['score']:.2f} vs "
+                     f"{soft['chrF2']['score']:.2f} ({lin['chrF2']['score'] - soft['chrF2']['score']:+.2f})")
+    return lines
+
+
 def plot(data):
     plt = pyplot()
     study = data["study"]
     fig, (ax_curve, ax_speed) = plt.subplots(1, 2, figsize=(12, 4.5))
     curve_axes(ax_curve, study["models"], "validation loss (label-smoothed, base 2)")
-    for name, per_length in study["speed_at_length"].items():
+    for name, per_length in study.get("speed_at_length", {}).items():
         lengths = [int(x) for x in per_length]
         for beam in next(iter(per_length.values())):
             ax_speed.plot(lengths, [per_length[str(n)][beam] for n in lengths], marker="o",

@@ -1,5 +1,6 @@
 """The translation benchmark's --quick run through the real command lines (data script, fairseq-train for both
 models, fairseq-generate at beam 1 and 5, sacrebleu's CLI, generation at length) on catalogs the test writes."""
+import dataclasses
 import json
 import os
 import subprocess
@@ -7,7 +8,7 @@ import sys
 
 import pytest
 from linattn_benchmarks.runner import ROOT, parse_args
-from linattn_benchmarks.translation import TranslationBenchmark, detokenised_hypotheses
+from linattn_benchmarks.translation import SCALES, TranslationBenchmark, detokenised_hypotheses
 
 from ..data.mo_files import numbered_catalogs
 
@@ -39,6 +40,42 @@ def test_retime_refuses_what_it_cannot_time_in_one_line(tmp_path, capsys):
         last = capsys.readouterr().err.strip().splitlines()[-1]  # argparse's usage, then its one error line
         assert ": error: " in last and (expected is None or expected in last), last
 
+
+def test_baseline_from_refuses_another_budget_or_file_in_one_line(tmp_path, capsys):
+    """--baseline-from: softmax's scores only stand in for training it when the budget and seed are the same."""
+    study = TranslationBenchmark()
+    seed1 = {"args": {"work_dir": str(tmp_path / "gone"), "quick": False, "scale": "default"},
+             "study": {"scale": dataclasses.asdict(study.scale(parse_args(study, ["--updates", "1500"]))),
+                       "models": {"softmax": {"sacrebleu": {}}}}}
+    (tmp_path / "seed1.json").write_text(json.dumps(seed1))
+    (tmp_path / "other.json").write_text("{}")
+    assert parse_args(study, ["--baseline-from", str(tmp_path / "seed1.json"), "--updates", "1500"]).baseline_from
+    for argv, expected in ((["--updates", "1500", "--seed", "2"], "another seed (seed 1, this call: seed 2)"),
+                           ([], "another updates (updates 1500, this call: updates 500)"),
+                           (["--retime", str(tmp_path / "seed1.json")], None)):
+        with pytest.raises(SystemExit):
+            parse_args(study, ["--baseline-from", str(tmp_path / "seed1.json"), *argv])
+        last = capsys.readouterr().err.strip().splitlines()[-1]
+        assert ": error: " in last and (expected is None or expected in last), last
+    with pytest.raises(SystemExit):
+        parse_args(study, ["--baseline-from", str(tmp_path / "other.json")])
+    assert "is not a translation.json with a trained softmax model" in capsys.readouterr().err
+
+
+def test_a_baseline_read_back_without_its_checkpoint_leaves_the_speed_table_out():
+    scale = dataclasses.asdict(SCALES["quick"])
+    run = {"params": 1000, "decoder_ffn": 64, "curve": [[6, 9.5]], "seconds_per_update": 0.1,
+           "beam1": {"sentences_per_s": 10.0}, "beam5": {"sentences_per_s": 5.0}}
+    scores = {metric: {"score": score, "signature": metric} for metric, score in (("BLEU", 12.5), ("chrF2", 30.0))}
+    models = {"softmax": {**run, "sacrebleu": scores, "read_from": "results/translation_1500_seed2.json"},
+              "elu": {**run, "sacrebleu": {m: {**v, "score": v["score"] - 2} for m, v in scores.items()}}}
+    machine = {"cpu": "CPU", "usable_cores": 2, "mem_total_gb": 1, "torch": "t", "threads": 1, "python": "3"}
+    data = {"machine": machine, "load_start": [0, 0, 0], "load_end": [0, 0, 0],
+            "study": {"scale": scale, "pairs": {"train": 10, "valid": 2, "test": 3}, "models": models, "total_s": 60}}
+    markdown, verdicts = TranslationBenchmark().render(data)
+    assert "`results/translation_1500_seed2.json` (`--baseline-from`" in markdown
+    assert "**Generation speed at length**: left out" in markdown
+    assert verdicts == ["elu: BLEU 10.50 vs 12.50 softmax (-2.00); chrF 28.00 vs 30.00 (-2.00)"]
 
 
 @pytest.mark.slow
@@ -80,3 +117,16 @@ def test_quick_run_writes_the_tables(tmp_path):
     assert set(again["study"]["speed_at_length"]) == set(study["speed_at_length"])
     assert "timed again by `--retime" in (retimed / "translation.md").read_text()
     assert "| softmax-enc+gated-delta |" in markdown
+
+    # a further configuration against the same baseline, softmax read back (its checkpoint times the speed)
+    again_out, again_work = tmp_path / "results2", tmp_path / "work2"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_translation.py"), "--quick", "--out",
+                           str(again_out), "--work-dir", str(again_work), "--locale-dir", str(locale), "--max-wait", "0",
+                           "--models", "gated-delta", "--baseline-from", str(out / "translation.json")],
+                          capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    reused = json.loads((again_out / "translation.json").read_text())["study"]
+    assert list(reused["models"]) == ["softmax", "gated-delta"]
+    assert reused["models"]["softmax"]["sacrebleu"] == study["models"]["softmax"]["sacrebleu"]
+    assert not (again_work / "quick" / "logs" / "train-softmax.log").exists()  # not trained again
+    assert set(reused["speed_at_length"]) == {"softmax", "softmax, lean decoding", "gated-delta"}
