@@ -17,6 +17,9 @@ differs. Then:
     python scripts/bench_translation.py --quick   # seconds-scale smoke run on the system catalogs (CI: a test)
     python scripts/bench_translation.py           # the default scale (about 30 minutes on 2 CPU cores)
     python scripts/bench_translation.py --models softmax,softmax-enc+gated-delta   # linear_transformer's roles
+    # a further seed of one configuration: softmax's scores read from that seed's earlier run, not trained again
+    python scripts/bench_translation.py --models elu --updates 1500 --seed 2 \
+        --baseline-from results/translation_1500_seed2.json
 """
 import argparse
 import copy
