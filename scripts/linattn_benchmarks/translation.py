@@ -232,6 +232,10 @@ def earlier_run(path: str) -> Dict:
         study, args = earlier["study"], earlier["args"]
     except (OSError, ValueError, KeyError) as error:
         raise argparse.ArgumentTypeError(f"{path} is not a translation.json written by this benchmark ({error})")
+    read = [run["read_from"] for run in study["models"].values() if "read_from" in run]
+    if read:
+        raise argparse.ArgumentTypeError(f"{path}: its softmax was read from {read[0]} (--baseline-from), not trained "
+                                         "by that run: there is no checkpoint of it to time")
     work = Path(args["work_dir"]) / ("quick" if args["quick"] else args["scale"])
     missing = [str(checkpoint(work, name)) for name in study["models"] if not checkpoint(work, name).exists()]
     if missing:
