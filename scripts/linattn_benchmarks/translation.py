@@ -396,7 +396,8 @@ def render(data) -> Tuple[str, List[str]]:
     read_from = models[SOFTMAX].get("read_from")
     if read_from:
         lines += [f"softmax's training and scores are those of `{read_from}` (`--baseline-from`: the same budget, seed "
-                  "and data), not trained again by this call.", ""]
+                  "and data), not trained again by this call; its s / update and sentences/s were measured by that "
+                  "run, not beside this one's, so compare those columns only within a run.", ""]
     speed = study.get("speed_at_length")
     if speed is None:
         lines += ["**Generation speed at length**: left out (the baseline's checkpoint, from `--baseline-from`, was "
