@@ -228,15 +228,14 @@ class TranslationBenchmark(Study):
 def earlier_run(path: str) -> Dict:
     """--retime: an earlier run's results (translation.json), with the checkpoints of its models still in place."""
     try:
-        earlier = json.loads(Path(path).read_text())
-        study, args = earlier["study"], earlier["args"]
-    except (OSError, ValueError, KeyError) as error:
+        earlier, work = read_results(path)
+    except (OSError, ValueError, KeyError, TypeError) as error:
         raise argparse.ArgumentTypeError(f"{path} is not a translation.json written by this benchmark ({error})")
+    study = earlier["study"]
     read = [run["read_from"] for run in study["models"].values() if "read_from" in run]
     if read:
         raise argparse.ArgumentTypeError(f"{path}: its softmax was read from {read[0]} (--baseline-from), not trained "
                                          "by that run: there is no checkpoint of it to time")
-    work = Path(args["work_dir"]) / ("quick" if args["quick"] else args["scale"])
     missing = [str(checkpoint(work, name)) for name in study["models"] if not checkpoint(work, name).exists()]
     if missing:
         raise argparse.ArgumentTypeError(f"{path}: the run's checkpoint {missing[0]} is gone (its work folder was "
@@ -248,13 +247,20 @@ def baseline_run(path: str) -> Dict:
     """--baseline-from: an earlier run's results (translation.json) with softmax among its models; where its softmax
     checkpoint was (it may be gone: the run's scores are what is read)."""
     try:
-        earlier = json.loads(Path(path).read_text())
-        study, args = earlier["study"], earlier["args"]
-        study["models"][SOFTMAX]["sacrebleu"]
-    except (OSError, ValueError, KeyError) as error:  # ValueError: what problem() turns into argparse's error line
+        earlier, work = read_results(path)
+        earlier["study"]["models"][SOFTMAX]["sacrebleu"]
+    except (OSError, ValueError, KeyError, TypeError) as error:  # ValueError: what problem() turns into argparse's error line
         raise ValueError(f"--baseline-from {path} is not a translation.json with a trained softmax model ({error})")
-    work = Path(args["work_dir"]) / ("quick" if args["quick"] else args["scale"])
     return {**earlier, "path": path, "softmax_checkpoint": checkpoint(work, SOFTMAX)}
+
+
+def read_results(path: str) -> Tuple[Dict, Path]:
+    """An earlier run's translation.json and the work folder its checkpoints were written under (raises OSError,
+    ValueError, KeyError or TypeError for a file that is not one: the callers turn that into their own message)."""
+    earlier = json.loads(Path(path).read_text())
+    args = earlier["args"]
+    earlier["study"]["models"]
+    return earlier, Path(args["work_dir"]) / ("quick" if args["quick"] else args["scale"])
 
 
 def checkpoint(work: Path, name: str) -> Path:

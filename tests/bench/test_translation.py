@@ -29,12 +29,14 @@ def test_the_budget_and_seed_come_from_the_command_line(capsys):
 def test_retime_refuses_what_it_cannot_time_in_one_line(tmp_path, capsys):
     """--retime: a file that is not a results file, one whose checkpoints are gone, and options it would ignore."""
     (tmp_path / "other.json").write_text("{}")
+    (tmp_path / "list.json").write_text("[1, 2]")
     gone = {"args": {"work_dir": str(tmp_path / "nope"), "quick": False, "scale": "default"},
             "study": {"models": {"softmax": {}}}, "results": []}
     (tmp_path / "gone.json").write_text(json.dumps(gone))
     read = {**gone, "study": {"models": {"softmax": {"read_from": "seed1.json"}}}}
     (tmp_path / "read.json").write_text(json.dumps(read))
     for argv, expected in (([str(tmp_path / "other.json")], "is not a translation.json"),
+                           ([str(tmp_path / "list.json")], "is not a translation.json"),
                            ([str(tmp_path / "gone.json")], "checkpoint_best.pt is gone"),
                            ([str(tmp_path / "read.json")], "its softmax was read from seed1.json (--baseline-from)"),
                            ([str(tmp_path / "gone.json"), "--seed", "2"], None)):
@@ -60,9 +62,11 @@ def test_baseline_from_refuses_another_budget_or_file_in_one_line(tmp_path, caps
             parse_args(study, ["--baseline-from", str(tmp_path / "seed1.json"), *argv])
         last = capsys.readouterr().err.strip().splitlines()[-1]
         assert ": error: " in last and (expected is None or expected in last), last
-    with pytest.raises(SystemExit):
-        parse_args(study, ["--baseline-from", str(tmp_path / "other.json")])
-    assert "is not a translation.json with a trained softmax model" in capsys.readouterr().err
+    (tmp_path / "list.json").write_text("[1, 2]")
+    for other in ("other.json", "list.json"):
+        with pytest.raises(SystemExit):
+            parse_args(study, ["--baseline-from", str(tmp_path / other)])
+        assert "is not a translation.json with a trained softmax model" in capsys.readouterr().err
 
 
 def test_a_baseline_read_back_without_its_checkpoint_leaves_the_speed_table_out():
