@@ -279,17 +279,17 @@ class RecallBenchmark(Study):
                  f"Every model: {s.layers} layers, {s.heads} heads, d_model {', '.join(map(str, s.widths))}; "
                  f"{s.num_keys} keys and {s.num_keys} values; training lines {s.train_shapes} (length:pairs, in turn), "
                  f"{s.lines_per_update} lines per update, {s.updates} updates, Adam (0.9, 0.98), 10% warm-up then "
-                 f"linear decay, weight decay 0.1, no dropout; the learning rate is each model's best of "
-                 f"{', '.join(f'{lr:g}' for lr in s.lrs)} at d_model {s.lr_width}, seed {s.lr_seed} (by accuracy on "
-                 f"{s.headline}); seeds {', '.join(map(str, s.seeds))}. Accuracy: the asked positions of "
+                 f"linear decay, weight decay 0.1, no dropout; {rate_text(s)}; seeds {', '.join(map(str, s.seeds))}. "
+                 "Accuracy: the asked positions of "
                  f"{s.valid_lines} lines per split (chance: 1/{s.num_keys}), the model the run ends with. "
-                 f"Training took {sum(r['train_seconds'] for r in study['runs']) / 60:.0f} min in all (runs an earlier call "
-                 f"finished are read back).", "",
-                 "**Learning rates** (accuracy on " + s.headline + f" at d_model {s.lr_width}, seed {s.lr_seed}; "
-                 "–: not run):", "",
-                 md_table(["model", *[f"lr {lr:g}" for lr in s.lrs], "best lr"],
-                          [[m, *[tried_cell(r["tried"], lr) for lr in s.lrs], f"{r['best']:g}"]
-                           for m, r in study["lr_search"].items()]), ""]
+                 f"Training of the runs below took {sum(r['train_seconds'] for r in runs) / 60:.0f} min in all (runs an "
+                 "earlier call finished are read back).", ""]
+        if len(s.lrs) > 1:
+            lines += ["**Learning rates** (accuracy on " + s.headline + f" at d_model {s.lr_width}, seed {s.lr_seed}; "
+                      "–: not run):", "",
+                      md_table(["model", *[f"lr {lr:g}" for lr in s.lrs], "best lr"],
+                               [[m, *[tried_cell(r["tried"], lr) for lr in s.lrs], f"{r['best']:g}"]
+                                for m, r in study["lr_search"].items()]), ""]
         headers = ["model", "d_model", "parameters", "FFN", *s.splits, "updates to 90%", "s / update"]
         rows = []
         for model in s.models:
@@ -339,6 +339,13 @@ def table_runs(study: Dict, s: Scale) -> List[Dict]:
     other seeds read back from the work dir or --earlier stay in the JSON, but a call for seed 2 shows seed 2)."""
     best = {m: r["best"] for m, r in study["lr_search"].items()}
     return [r for r in study["runs"] if r["lr"] == best[r["model"]] and r["seed"] in s.seeds]
+
+
+def rate_text(s: Scale) -> str:
+    if len(s.lrs) == 1:  # nothing searched: the rate a call was given (e.g. the one found at another width)
+        return f"the learning rate is {s.lrs[0]:g} for every model (one rate given, none searched by this call)"
+    return (f"the learning rate is each model's best of {', '.join(f'{lr:g}' for lr in s.lrs)} at d_model "
+            f"{s.lr_width}, seed {s.lr_seed} (by accuracy on {s.headline})")
 
 
 def tried_cell(tried: Dict[str, float], lr: float) -> str:

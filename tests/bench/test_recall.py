@@ -94,6 +94,11 @@ def test_the_table_shows_the_seeds_the_call_names(tmp_path):
     row = next(line for line in table.splitlines() if line.startswith("| gdn2 | 64 |"))
     assert "| 0.500 |" in row and "0.125" not in row and "0.312" not in row and "0.875" not in row
     assert "seeds 2." in table
+    assert "took 1 min in all" in table  # seed 2's minute, not the read-back runs' three
+    assert "0.002 for every model (one rate given" in table and "**Learning rates**" not in table
+    data["study"]["scale"]["lrs"] = [2e-3, 5e-4]  # a search: its table, and the rate each model's best
+    table, _ = RecallBenchmark().render(data)
+    assert "each model's best of 0.002, 0.0005 at d_model" in table and "**Learning rates**" in table
 
 
 def fake_training(monkeypatch):
