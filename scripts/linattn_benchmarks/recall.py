@@ -315,30 +315,33 @@ class RecallBenchmark(Study):
         plt = pyplot()
         fig, axes = plt.subplots(1, len(s.splits), figsize=(4 * len(s.splits), 3.6), squeeze=False)
         for ax, split in zip(axes[0], s.splits):
-            for model in s.models:
+            for i, model in enumerate(s.models):
                 by_width = {}
                 for r in runs:
                     if r["model"] == model:
                         by_width.setdefault(r["width"], []).append(r["accuracy"][split])
                 points = sorted((width, sum(a) / len(a)) for width, a in by_width.items())  # the mean over seeds
                 if points:
-                    ax.plot(*zip(*points), marker="o", ms=3, label=model)
+                    line, = ax.plot(*zip(*points), marker="o", ms=3, label=model, color=plt.cm.tab20((2 * i + i // 10) % 20))
+                    seeds = [(width, a) for width, accuracies in by_width.items() for a in accuracies]
+                    ax.scatter(*zip(*seeds), s=6, alpha=0.4, color=line.get_color())  # each seed: the spread
             ax.set_xscale("log", base=2)
             ax.set_title(split, fontsize=9)
             ax.set_xlabel("d_model")
             ax.set_ylim(0, 1.02)
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("accuracy")
-        axes[0][-1].legend(fontsize=7)
-        fig.tight_layout()
-        return titled(fig, "MQAR accuracy by width", data)
+        fig.legend(*axes[0][0].get_legend_handles_labels(), loc="center right", fontsize=7)
+        titled(fig, "MQAR accuracy by width", data)
+        fig.tight_layout(rect=(0, 0, 0.89, 0.93))  # room for the legend beside the panels and the title above them
+        return fig
 
 
 def table_runs(study: Dict, s: Scale) -> List[Dict]:
-    """The runs the tables and the plot show: each model's at its best rate, of the seeds this call names (runs of
-    other seeds read back from the work dir or --earlier stay in the JSON, but a call for seed 2 shows seed 2)."""
+    """The runs the tables and the plot show: each model's at its best rate, of the widths and seeds this call names
+    (runs of others read back from the work dir or --earlier stay in the JSON, but a call for seed 2 shows seed 2)."""
     best = {m: r["best"] for m, r in study["lr_search"].items()}
-    return [r for r in study["runs"] if r["lr"] == best[r["model"]] and r["seed"] in s.seeds]
+    return [r for r in study["runs"] if r["lr"] == best[r["model"]] and r["seed"] in s.seeds and r["width"] in s.widths]
 
 
 def rate_text(s: Scale) -> str:

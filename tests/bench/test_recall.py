@@ -19,6 +19,7 @@ from linattn_benchmarks.recall import (
     accuracy_curve,
     equal_ffn,
     parameters,
+    table_runs,
 )
 from linattn_benchmarks.runner import ROOT, parse_args
 
@@ -86,6 +87,7 @@ def test_the_table_shows_the_seeds_the_call_names(tmp_path):
              "train_seconds": 60.0, "accuracy": {split: accuracy for split in s.splits}, "updates_to_90": None}
             for seed, accuracy in ((1, 0.125), (2, 0.5))]
     runs.append({**runs[0], "lr": 5e-4, "seed": 2, "accuracy": {split: 0.875 for split in s.splits}})  # not the best
+    runs.append({**runs[1], "width": 128, "accuracy": {split: 0.75 for split in s.splits}})  # a width not asked for
     machine = {"cpu": "CPU", "usable_cores": 2, "mem_total_gb": 1, "torch": "t", "threads": 1, "python": "3"}
     data = {"machine": machine, "load_start": [0, 0, 0], "load_end": [0, 0, 0],
             "study": {"scale": dataclasses.asdict(s), "lr_search": {"gdn2": {"tried": {}, "best": 2e-3}},
@@ -93,7 +95,7 @@ def test_the_table_shows_the_seeds_the_call_names(tmp_path):
     table, _ = RecallBenchmark().render(data)
     row = next(line for line in table.splitlines() if line.startswith("| gdn2 | 64 |"))
     assert "| 0.500 |" in row and "0.125" not in row and "0.312" not in row and "0.875" not in row
-    assert "seeds 2." in table
+    assert "seeds 2." in table and "0.750" not in table and table_runs(data["study"], s) == [runs[1]]
     assert "took 1 min in all" in table  # seed 2's minute, not the read-back runs' three
     assert "0.002 for every model (one rate given" in table and "**Learning rates**" not in table
     data["study"]["scale"]["lrs"] = [2e-3, 5e-4]  # a search: its table, and the rate each model's best
