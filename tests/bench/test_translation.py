@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 from linattn_benchmarks.runner import ROOT, parse_args
@@ -83,6 +84,10 @@ def test_a_baseline_read_back_without_its_checkpoint_leaves_the_speed_table_out(
     assert "`results/translation_1500_seed2.json` (`--baseline-from`" in markdown
     assert "**Generation speed at length**: left out" in markdown
     assert verdicts == ["elu: BLEU 10.50 vs 12.50 softmax (-2.00); chrF 28.00 vs 30.00 (-2.00)"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the plot drew an empty legend (matplotlib's "No artists with labels")
+        figure = TranslationBenchmark().plot(data)
+    assert "not timed in this run" in figure.axes[-1].get_title()
 
 
 @pytest.mark.slow
