@@ -332,9 +332,7 @@ class RecallBenchmark(Study):
             ax.grid(alpha=0.3)
         axes[0][0].set_ylabel("accuracy")
         fig.legend(*axes[0][0].get_legend_handles_labels(), loc="center right", fontsize=7)
-        titled(fig, "MQAR accuracy by width", data)
-        fig.tight_layout(rect=(0, 0, 0.89, 0.93))  # room for the legend beside the panels and the title above them
-        return fig
+        return titled(fig, "MQAR accuracy by width", data)
 
 
 def table_runs(study: Dict, s: Scale) -> List[Dict]:

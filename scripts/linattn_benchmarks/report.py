@@ -73,6 +73,8 @@ def curve_axes(ax, runs: Dict[str, Dict], title: str):
 def titled(fig, what: str, data: Dict):
     """The figure, titled with what it shows and the machine it was measured on."""
     fig.suptitle(f"{what}, {data['machine']['cpu']}, {data['machine']['threads']} threads", fontsize=10)
+    right = 0.89 if fig.legends else 1  # a figure-level legend sits beside the panels
+    fig.tight_layout(rect=(0, 0, right, 0.93))  # after the title, so that the panels leave room for it
     return fig
 
 

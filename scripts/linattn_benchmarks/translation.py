@@ -468,9 +468,7 @@ def plot(data):
         ax_speed.legend(fontsize=7)
     else:  # a read-back baseline without its checkpoint: nothing timed at length (the table says why)
         ax_speed.set_title("generation cost per token: not timed in this run", fontsize=9)
-    titled(fig, "translation side by side", data)
-    fig.tight_layout(rect=(0, 0, 1, 0.94))  # room for the title above the panels' own
-    return fig
+    return titled(fig, "translation side by side", data)
 
 
 main = entry_point(TranslationBenchmark)
