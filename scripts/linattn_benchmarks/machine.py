@@ -90,7 +90,8 @@ def wait_for_quiet(threshold: float, max_wait: float, poll: float = 10.0) -> Dic
             print(f"waiting for the machine to get quiet: load {fmt_load(load)} >= {threshold} "
                   f"(at most {max_wait:.0f} s)", flush=True)
             announced = True
-        time.sleep(poll)
+        # never sleep past the limit: "--max-wait 1" means one second, not one poll
+        time.sleep(min(poll, max(0.0, max_wait - (time.time() - start))))
         load = loadavg()
     waited = time.time() - start
     quiet = load[0] < threshold

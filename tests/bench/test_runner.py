@@ -54,3 +54,21 @@ def test_runner_measures_declared_cases(tmp_path, capsys):
     assert json.loads((tmp_path / "toy.json").read_text())["machine"]["threads"] == 2
     assert (tmp_path / "toy.png").stat().st_size > 1000
     assert capsys.readouterr().out.rstrip().endswith("VERDICT toy")
+
+
+def test_waiting_for_a_quiet_machine_keeps_to_its_limit(monkeypatch, capsys):
+    """--max-wait is the longest wait: a 1-second limit on a busy machine does not sleep a whole 10-second poll."""
+    from linattn_benchmarks import machine
+
+    clock, slept = [1000.0], []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        clock[0] += seconds
+
+    monkeypatch.setattr(machine, "loadavg", lambda: [5.0, 5.0, 5.0])
+    monkeypatch.setattr(machine.time, "time", lambda: clock[0])
+    monkeypatch.setattr(machine.time, "sleep", sleep)
+    wait = machine.wait_for_quiet(threshold=0.5, max_wait=1.0, poll=10.0)
+    assert sum(slept) == 1.0 and not wait["quiet"] and wait["waited_s"] == 1.0
+    assert "at most 1 s" in capsys.readouterr().out
