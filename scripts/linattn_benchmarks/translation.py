@@ -259,7 +259,8 @@ def read_results(path: str) -> Tuple[Dict, Path]:
     ValueError, KeyError or TypeError for a file that is not one: the callers turn that into their own message)."""
     earlier = json.loads(Path(path).read_text())
     args = earlier["args"]
-    earlier["study"]["models"]
+    if "models" not in earlier["study"]:  # a results file of another benchmark: its study names no models
+        raise KeyError("study.models")
     return earlier, Path(args["work_dir"]) / ("quick" if args["quick"] else args["scale"])
 
 

@@ -36,8 +36,10 @@ def test_retime_refuses_what_it_cannot_time_in_one_line(tmp_path, capsys):
     (tmp_path / "gone.json").write_text(json.dumps(gone))
     read = {**gone, "study": {"models": {"softmax": {"read_from": "seed1.json"}}}}
     (tmp_path / "read.json").write_text(json.dumps(read))
+    (tmp_path / "recall.json").write_text(json.dumps({**gone, "study": {"tasks": []}}))  # another benchmark's
     for argv, expected in (([str(tmp_path / "other.json")], "is not a translation.json"),
                            ([str(tmp_path / "list.json")], "is not a translation.json"),
+                           ([str(tmp_path / "recall.json")], "is not a translation.json"),
                            ([str(tmp_path / "gone.json")], "checkpoint_best.pt is gone"),
                            ([str(tmp_path / "read.json")], "its softmax was read from seed1.json (--baseline-from)"),
                            ([str(tmp_path / "gone.json"), "--seed", "2"], None)):
