@@ -306,7 +306,8 @@ class RecallBenchmark(Study):
                   f"that gives the model softmax's parameters, what its own projections cost"
                   + "".join(f"; {m}: {FFN_AS[m]}'s" for m in FFN_AS if any(r["model"] == m for r in runs)) + "):", "",
                   md_table(headers, rows)]
-        return "\n".join(lines), [f"recall: {len(study['runs'])} runs in {study['total_s'] / 60:.0f} min"]
+        # the runs the table shows, and this call's own minutes (0 for a table of read-back runs)
+        return "\n".join(lines), [f"recall: {len(runs)} runs in the table; this call took {study['total_s'] / 60:.0f} min"]
 
     def plot(self, data):
         study = data["study"]

@@ -92,7 +92,8 @@ def test_the_table_shows_the_seeds_the_call_names(tmp_path):
     data = {"machine": machine, "load_start": [0, 0, 0], "load_end": [0, 0, 0],
             "study": {"scale": dataclasses.asdict(s), "lr_search": {"gdn2": {"tried": {}, "best": 2e-3}},
                       "runs": runs, "total_s": 60}}
-    table, _ = RecallBenchmark().render(data)
+    table, verdict = RecallBenchmark().render(data)
+    assert verdict == ["recall: 1 runs in the table; this call took 1 min"]  # not the 4 runs the JSON keeps
     row = next(line for line in table.splitlines() if line.startswith("| gdn2 | 64 |"))
     assert "| 0.500 |" in row and "0.125" not in row and "0.312" not in row and "0.875" not in row
     assert "seeds 2." in table and "0.750" not in table and table_runs(data["study"], s) == [runs[1]]
