@@ -288,10 +288,37 @@ def ops(args, timer: Timer) -> Dict:
             print(f"ops n={n} {name}: ours {cell(point[f'{name} ours'])} ms, fla {cell(point[f'{name} fla'])} ms",
                   flush=True)
             timer.checkpoint({"points": rows + [point], "cases": list(cases), "shape": shape})
-        rows.append(point)  # kept already, by the last case's checkpoint
+        forward_only(point, cases, timer, q, k, v)
+        timer.checkpoint({"points": rows + [point], "cases": list(cases), "shape": shape})
+        rows.append(point)
         print(f"ops n={n}: " + ", ".join(f"{c} {cell(r)} ms" for c, r in point.items() if c != "n"), flush=True)
         q = k = v = grad = None  # freed before the next length's
     return {"points": rows, "cases": list(cases), "shape": shape}
+
+
+# the ops also timed without a gradient (evaluation, prompts): fla-core refuses the gated delta rule's backward on
+# Hopper with Triton 3.4-3.7.0 (its issue #640), where only the forward compares its kernels with ours
+FORWARD_ONLY = ("gated-delta",)
+
+
+def forward_only(point: Dict, cases: Dict, timer: Timer, q, k, v):
+    def no_grad(fn):
+        def run():
+            with torch.no_grad():
+                fn()
+        return run
+
+    point["SDPA flash forward"] = timer.measure(
+        "SDPA flash forward", no_grad(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)))
+    for name in FORWARD_ONLY:
+        ours, direct, inputs = cases[name]
+        qq, kk, vv, extras = inputs(q, k, v)
+        for who, op in (("ours", ours), ("fla", direct)):
+            case = f"{name} {who} forward"
+            point[case] = (timer.measure(case, no_grad(lambda op=op: op(qq, kk, vv, extras)))
+                           if who == "ours" or fla_kernels.available() else {"skipped": "fla-core not installed"})
+        print(f"ops n={point['n']} {name} forward: ours {cell(point[f'{name} ours forward'])} ms, "
+              f"fla {cell(point[f'{name} fla forward'])} ms", flush=True)
 
 
 def render_ops(data: Dict) -> str:
@@ -317,6 +344,23 @@ def render_ops(data: Dict) -> str:
         faster = [p["n"] for p in data["points"]
                   if (ratio(p["SDPA flash"], p.get(f"{c} ours", NOT_REACHED), "ms") or 0) > 1]
         lines.append(f"- {c}: {faster[0] if faster else 'not within the lengths measured'}")
+    refused = sorted({p[f"{c} fla"]["skipped"] for p in data["points"] for c in data["cases"]
+                      if p.get(f"{c} fla", {}).get("skipped", "").startswith("error")})
+    if refused:
+        lines.append("\n\"error\": fla-core refused the call: " + "; ".join(refused) + ". Our op then trains on our "
+                     "PyTorch op (fairseq_linattn/attention/ops/fla_kernels.py, GATED_BACKWARD_REFUSED), so its column "
+                     "times that, not fla-core's kernels.")
+    with_forward = [p for p in data["points"] if "SDPA flash forward" in p]
+    if with_forward:
+        lines.append("\nForward only (no gradient: evaluation and prompts), where fla-core runs its kernels on this "
+                     "Triton; milliseconds:\n")
+        headers = ["n", "SDPA ms"] + [f"{c}: ours ms · fla ms · overhead · vs SDPA" for c in FORWARD_ONLY]
+        rows = [[p["n"], cell(p["SDPA flash forward"])] +
+                [f"{cell(p[f'{c} ours forward'])} · {cell(p[f'{c} fla forward'])} · "
+                 f"{fmt_x(ratio(p[f'{c} ours forward'], p[f'{c} fla forward'], 'ms'))} · "
+                 f"{fmt_x(ratio(p['SDPA flash forward'], p[f'{c} ours forward'], 'ms'))}" for c in FORWARD_ONLY]
+                for p in with_forward]
+        lines.append(md_table(headers, rows))
     return "\n".join(lines)
 
 
