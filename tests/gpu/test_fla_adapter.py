@@ -34,12 +34,12 @@ def assert_states_match(a, b, tolerance):
         assert_matches_reference(x, y, tolerance, "state")
 
 
-@pytest.mark.parametrize("name", CASES)
-def test_adapter_gives_our_ops_results(stand_in, name):
-    """Outputs, final states and gradients (q, k, v and the gates) from a random initial state, T not a multiple
-    of the chunk."""
+# T not a multiple of the chunk; kernel attention also past one chunk of its normaliser's key sums (64)
+@pytest.mark.parametrize("name,t", [(name, 45) for name in CASES] + [("elu", 150), ("relu", 150)])
+def test_adapter_gives_our_ops_results(stand_in, name, t):
+    """Outputs, final states and gradients (q, k, v and the gates) from a random initial state."""
     g = torch.Generator().manual_seed(1)
-    case = make(name, 2, 2, 45, 8, torch.float32, "cpu", g)
+    case = make(name, 2, 2, t, 8, torch.float32, "cpu", g)
     state = case.initial_state(g)
     (out, s), (ref, s_ref) = both_paths(case, lambda c: c.run(c.tensors, state, return_state=True))
     assert_matches_reference(out, ref, 1e-5, "output")
@@ -165,3 +165,20 @@ def test_a_constant_decay_per_head_is_not_a_gated_one():
     assert not fla_kernels.constant_per_head(padded) and len(fla_kernels.gated_backward_inputs(padded)) == 1
     per_channel = torch.randn(2, 3, 7, 4)
     assert fla_kernels.gated_backward_inputs(per_channel) == ()
+
+
+@pytest.mark.parametrize("t", [1, 63, 64, 65, 200])
+def test_key_prefix_sums_are_cumsum_with_gradients(t):
+    """The normaliser's key sums by chunks (a GEMM with a lower triangle, then the chunk totals) equal
+    torch.cumsum along T plus the start, values and gradients, T below, at and past multiples of the chunk."""
+    g = torch.Generator().manual_seed(3)
+    k = torch.rand(2, 3, t, 8, generator=g, dtype=torch.float64).requires_grad_()
+    start = torch.rand(2, 3, 8, generator=g, dtype=torch.float64).requires_grad_()
+    ours = fla_kernels.key_prefix_sums(k, start, chunk=64)
+    ref = torch.cumsum(k, dim=-2) + start.unsqueeze(-2)
+    assert ours.shape == ref.shape
+    assert torch.allclose(ours, ref, rtol=1e-12, atol=1e-12)
+    grad = torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    for a, b in zip(torch.autograd.grad(ours, (k, start), grad), torch.autograd.grad(ref, (k, start), grad)):
+        assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)
+
