@@ -186,7 +186,6 @@ class CausalOpBenchmark(Benchmark):
         for ax, ylabel in ((ax_time, "forward + backward, ms"), (ax_mem, "peak memory added, MiB")):
             log_axes(ax, "sequence length n", ylabel)
         ax_time.legend()
-        fig.tight_layout()
         return titled(fig, "Causal linear attention", data)
 
 

@@ -322,7 +322,6 @@ class LinearizeBenchmark(QualityBenchmark):
             ax.invert_yaxis()
             ax.set_xlabel(label)
             ax.grid(alpha=0.3, axis="x")
-        fig.tight_layout()
         return titled(fig, f"linearizing a trained {PARENT_NAMES[family]}", data)
 
 

@@ -225,7 +225,6 @@ def plot(data):
                         linestyle="--" if case == REFERENCE else "-")
         log_axes(ax, "sequence length n (batch 1)", ylabel)
         ax.legend(fontsize=8)
-    fig.tight_layout(rect=(0, 0, 1, 0.95))  # room for the title
     return titled(fig, "Causal mechanisms: time vs n", data)
 
 

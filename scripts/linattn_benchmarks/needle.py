@@ -261,7 +261,6 @@ class NeedleBenchmark(Study):
                 ax.grid(alpha=0.3)
             axes[row][0].set_ylabel(label)
         axes[0][-1].legend(fontsize=7)
-        fig.tight_layout()
         return titled(fig, "needle retrieval", data)
 
 

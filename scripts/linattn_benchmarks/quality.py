@@ -549,7 +549,6 @@ class MechanismQualityBenchmark(QualityBenchmark):
         fig, (ax_lm, ax_pos) = plt.subplots(1, 2, figsize=(12, 4.5))
         curve_axes(ax_lm, study.get("lm", {}), "causal LM: validation loss (base 2)")
         _positions_axes(ax_pos, study)
-        fig.tight_layout()
         return titled(fig, "linear attention mechanisms side by side", data)
 
 
@@ -661,7 +660,6 @@ def plot(data):
         ax_len.grid(alpha=0.3)
         ax_len.legend(fontsize=7)
     _positions_axes(ax_pos, study)
-    fig.tight_layout()
     return titled(fig, "quality side by side", data)
 
 
