@@ -355,11 +355,14 @@ def render_ops(data: Dict) -> str:
         lines.append("\nForward only (no gradient: evaluation and prompts), where fla-core runs its kernels on this "
                      "Triton; milliseconds:\n")
         headers = ["n", "SDPA ms"] + [f"{c}: ours ms · fla ms · overhead · vs SDPA" for c in FORWARD_ONLY]
-        rows = [[p["n"], cell(p["SDPA flash forward"])] +
-                [f"{cell(p[f'{c} ours forward'])} · {cell(p[f'{c} fla forward'])} · "
-                 f"{fmt_x(ratio(p[f'{c} ours forward'], p[f'{c} fla forward'], 'ms'))} · "
-                 f"{fmt_x(ratio(p['SDPA flash forward'], p[f'{c} ours forward'], 'ms'))}" for c in FORWARD_ONLY]
-                for p in with_forward]
+        rows = []
+        for p in with_forward:
+            row = [p["n"], cell(p["SDPA flash forward"])]
+            for c in FORWARD_ONLY:
+                ours, fla = p.get(f"{c} ours forward", NOT_REACHED), p.get(f"{c} fla forward", NOT_REACHED)
+                row.append(f"{cell(ours)} · {cell(fla)} · {fmt_x(ratio(ours, fla, 'ms'))} · "
+                           f"{fmt_x(ratio(p['SDPA flash forward'], ours, 'ms'))}")
+            rows.append(row)
         lines.append(md_table(headers, rows))
     return "\n".join(lines)
 

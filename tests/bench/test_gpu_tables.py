@@ -59,6 +59,8 @@ def test_cpu_dry_run_writes_every_table_and_render_draws_it_again(tmp_path):
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     rows = (tmp_path / "rendered" / "gpu_ops.md").read_text().splitlines()
     assert [r for r in rows if r.startswith("| 512 |")][0].endswith("| – · – · – · – |")
+    # and in the forward-only table below it (gated-delta's forward was not reached either)
+    assert [r for r in rows if r.startswith("| 512 |")][-1].endswith("| – · – · – · – |")
     assert [r for r in rows if r.startswith("| 256 |")][0].endswith("x |")
 
 
