@@ -321,6 +321,14 @@ def forward_only(point: Dict, cases: Dict, timer: Timer, q, k, v):
               f"fla {cell(point[f'{name} fla forward'])} ms", flush=True)
 
 
+def op_cell(point: Dict, case: str, suffix: str) -> str:
+    """"ours ms · fla ms · overhead · vs SDPA" for one op at one n (suffix " forward": the forward-only times); a case a
+    stopped run did not reach reads "–"."""
+    ours, fla = (point.get(f"{case} {who}{suffix}", NOT_REACHED) for who in ("ours", "fla"))
+    return (f"{cell(ours)} · {cell(fla)} · {fmt_x(ratio(ours, fla, 'ms'))} · "
+            f"{fmt_x(ratio(point['SDPA flash' + suffix], ours, 'ms'))}")
+
+
 def render_ops(data: Dict) -> str:
     s = data["shape"]
     lines = [f"# Causal ops on a GPU: forward + backward\n\n{data['device']}. B={s['batch']}, H={s['heads']}, "
@@ -334,9 +342,7 @@ def render_ops(data: Dict) -> str:
     for p in data["points"]:
         row = [p["n"], cell(p["SDPA flash"])]
         for c in data["cases"]:
-            ours, fla = p.get(f"{c} ours", NOT_REACHED), p.get(f"{c} fla", NOT_REACHED)  # a stopped run's last n
-            row.append(f"{cell(ours)} · {cell(fla)} · {fmt_x(ratio(ours, fla, 'ms'))} · "
-                       f"{fmt_x(ratio(p['SDPA flash'], ours, 'ms'))}")
+            row.append(op_cell(p, c, ""))
         rows.append(row)
     lines.append(md_table(headers, rows))
     lines.append("\nShortest measured n where ours is faster than SDPA (target: 4K or less):\n")
@@ -358,11 +364,7 @@ def render_ops(data: Dict) -> str:
         rows = []
         for p in with_forward:
             row = [p["n"], cell(p["SDPA flash forward"])]
-            for c in FORWARD_ONLY:
-                ours, fla = p.get(f"{c} ours forward", NOT_REACHED), p.get(f"{c} fla forward", NOT_REACHED)
-                row.append(f"{cell(ours)} · {cell(fla)} · {fmt_x(ratio(ours, fla, 'ms'))} · "
-                           f"{fmt_x(ratio(p['SDPA flash forward'], ours, 'ms'))}")
-            rows.append(row)
+            rows.append(row + [op_cell(p, c, " forward") for c in FORWARD_ONLY])
         lines.append(md_table(headers, rows))
     return "\n".join(lines)
 
