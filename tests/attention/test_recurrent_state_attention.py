@@ -215,3 +215,19 @@ def test_kda_is_gdn2_with_both_gates_beta():
     assert torch.equal(gates["erase"], gates["write"]) and (gates["erase"] == gates["erase"][..., :1]).all()
     assert gates["log_decay"].shape == (2, H, 7, C // H) and (gates["log_decay"] < 0).all()
     assert (gates["log_decay"].std(-1) > 0).all()  # per channel, not per head
+
+
+def test_gdn2_starts_as_gated_deltanet():
+    """At initialisation gdn2's erase and write gates are one β per head and its decay is one per head: the layer
+    computes what a Gated DeltaNet layer computes with each head's first rows as its β and decay projections."""
+    gdn2, gated = make("gdn2"), make("gated-delta")
+    first_rows = slice(None, None, C // H)
+    shared = {key: value for key, value in gdn2.state_dict().items()  # projections, convolution, norm, A
+              if key in gated.state_dict() and key not in ("dt_bias", "decay_proj.weight")}
+    gated.load_state_dict({**shared, "dt_bias": gdn2.dt_bias[first_rows],
+                           "beta_proj.weight": gdn2.erase_proj.weight[first_rows],
+                           "beta_proj.bias": gdn2.erase_proj.bias[first_rows],
+                           "decay_proj.weight": gdn2.decay_proj.weight[first_rows],
+                           "decay_proj.bias": torch.zeros(H, dtype=torch.float64)})
+    x = torch.randn(13, 2, C, dtype=torch.float64)
+    torch.testing.assert_close(gdn2(x)[0], gated(x)[0], rtol=1e-10, atol=1e-10)

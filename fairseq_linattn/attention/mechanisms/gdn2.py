@@ -35,6 +35,15 @@ class GatedDeltaNet2Attention(DeltaNetAttention):
         self.write_proj = nn.Linear(embed_dim, embed_dim)
         self.decay_proj = nn.Linear(embed_dim, embed_dim, bias=False)
         self.A_log, self.dt_bias = mamba2_decay_parameters(num_heads, embed_dim, decay_init=self.decay_init)
+        with torch.no_grad():  # start as Gated DeltaNet: one decay and one β (erase = write) per head
+            for rows in (self.erase_proj.weight, self.erase_proj.bias, self.decay_proj.weight, self.dt_bias):
+                self.tie_within_heads(rows)
+            self.write_proj.load_state_dict(self.erase_proj.state_dict())
+
+    def tie_within_heads(self, rows):
+        """Copy each head's first output row (of a weight, or a bias) over the head's other rows, in place."""
+        by_head = rows.view(self.num_heads, self.head_dim, -1)
+        by_head.copy_(by_head[:, :1].expand_as(by_head))
 
     def gates(self, x):
         """B x H x T x head_dim each: the log decay and the erase gate per key channel, the write gate per value
