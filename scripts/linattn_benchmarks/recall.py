@@ -161,8 +161,9 @@ class Recall:
             "--lr-scheduler", "polynomial_decay", "--warmup-updates", max(1, s.updates // 10), "--total-num-update",
             s.updates, "--max-update", s.updates, "--weight-decay", "0.1", "--clip-norm", "1.0", "--dropout", "0",
             "--validate-interval-updates", max(1, s.updates // s.validations), "--validate-interval", 1_000_000,
-            "--no-save", "--seed", seed, "--cpu", "--num-workers", "0", "--log-format", "simple", "--log-interval",
-            min(25, max(1, s.updates // 10)), log=log_path, echo=None)
+            # --no-save still makes the save directory: the work directory's, not an empty one where the user stands
+            "--no-save", "--save-dir", self.work / "checkpoints", "--seed", seed, "--cpu", "--num-workers", "0",
+            "--log-format", "simple", "--log-interval", min(25, max(1, s.updates // 10)), log=log_path, echo=None)
 
 
 @functools.lru_cache(maxsize=None)  # pure; equal_ffn asks for softmax's count and the same models again per run and row

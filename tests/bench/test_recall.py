@@ -145,11 +145,13 @@ def test_a_width_the_heads_do_not_divide_is_one_line(capsys):
 
 @pytest.mark.slow
 def test_quick_run_writes_the_tables_and_reads_finished_runs_back(tmp_path):
+    (tmp_path / "cwd").mkdir()
     command = [sys.executable, os.path.join(ROOT, "scripts", "bench_recall.py"), "--quick", "--out", str(tmp_path),
                "--work-dir", str(tmp_path / "work")]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    first = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    first = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path / "cwd")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert not any((tmp_path / "cwd").iterdir())  # nothing left where the user ran it (fairseq's save directory)
     data = json.loads((tmp_path / "recall.json").read_text())
     study = data["study"]
     quick = SCALES["quick"]

@@ -8,6 +8,10 @@ initialisation, as Gated DeltaNet's, with dt_bias per key channel), b_t = sigmoi
 (how much of what the state holds under k_t is erased, channel by channel) and w_t = sigmoid(W_w x_t) per value
 channel (how much of v_t is written). b = w = β is KDA; with one decay per head too, Gated DeltaNet.
 
+At initialisation gdn2 is Gated DeltaNet: each head's erase and write rows are one β (the write projection a copy
+of the erase one) and its decay rows one rate; training unties them. Independent random rows per channel learned
+recall hundreds of updates later at d_model 64 (docs/recall.md).
+
 Queries and keys as in :mod:`.delta` (SiLU, L2 norms, queries scaled by head_dim^-0.5). The ops (chunked by the
 WY/UT transform with GLA's sub-chunked scores, and the recurrent step) are in :mod:`..ops.gdn2`.
 """
