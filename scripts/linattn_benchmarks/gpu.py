@@ -329,6 +329,13 @@ def op_cell(point: Dict, case: str, suffix: str) -> str:
             f"{fmt_x(ratio(point['SDPA flash' + suffix], ours, 'ms'))}")
 
 
+def ops_table(points: List[Dict], cases, suffix: str) -> str:
+    """One row per n: SDPA's time, then each case's :func:`op_cell`."""
+    headers = ["n", "SDPA ms"] + [f"{c}: ours ms · fla ms · overhead · vs SDPA" for c in cases]
+    return md_table(headers, [[p["n"], cell(p["SDPA flash" + suffix])] + [op_cell(p, c, suffix) for c in cases]
+                              for p in points])
+
+
 def render_ops(data: Dict) -> str:
     s = data["shape"]
     lines = [f"# Causal ops on a GPU: forward + backward\n\n{data['device']}. B={s['batch']}, H={s['heads']}, "
@@ -337,14 +344,7 @@ def render_ops(data: Dict) -> str:
              "(for elu: `chunk_linear_attn(normalize=True)`, its normaliser in the input dtype); **SDPA**: "
              "`scaled_dot_product_attention(is_causal=True)` (flash). Milliseconds (median), then ours / fla "
              "(overhead) and SDPA / ours (speed-up).\n"]
-    headers = ["n", "SDPA ms"] + [f"{c}: ours ms · fla ms · overhead · vs SDPA" for c in data["cases"]]
-    rows = []
-    for p in data["points"]:
-        row = [p["n"], cell(p["SDPA flash"])]
-        for c in data["cases"]:
-            row.append(op_cell(p, c, ""))
-        rows.append(row)
-    lines.append(md_table(headers, rows))
+    lines.append(ops_table(data["points"], data["cases"], ""))
     lines.append("\nShortest measured n where ours is faster than SDPA (target: 4K or less):\n")
     for c in data["cases"]:
         faster = [p["n"] for p in data["points"]
@@ -360,12 +360,7 @@ def render_ops(data: Dict) -> str:
     if with_forward:
         lines.append("\nForward only (no gradient: evaluation and prompts), where fla-core runs its kernels on this "
                      "Triton; milliseconds:\n")
-        headers = ["n", "SDPA ms"] + [f"{c}: ours ms · fla ms · overhead · vs SDPA" for c in FORWARD_ONLY]
-        rows = []
-        for p in with_forward:
-            row = [p["n"], cell(p["SDPA flash forward"])]
-            rows.append(row + [op_cell(p, c, " forward") for c in FORWARD_ONLY])
-        lines.append(md_table(headers, rows))
+        lines.append(ops_table(with_forward, FORWARD_ONLY, " forward"))
     return "\n".join(lines)
 
 
