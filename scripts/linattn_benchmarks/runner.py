@@ -99,7 +99,8 @@ def parser_for(benchmark: Benchmark) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats (for development)")
     parser.add_argument("--out", default=RESULTS, help="output directory (default: results/)")
-    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
+    parser.add_argument("--threads", type=int, default=2,
+                        help="torch threads of this process and of the fairseq commands it runs (default 2)")
     parser.add_argument("--load-threshold", type=float, default=0.5,
                         help="wait until the 1-minute load average is below this before a full run")
     parser.add_argument("--max-wait", type=float, default=600.0,
@@ -205,6 +206,10 @@ def start(args) -> Dict:
         # glibc reads these once, at start-up: run this command again in a process that has them
         os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **machine.MALLOC_KEEP})
     torch.set_num_threads(args.threads)
+    # the fairseq commands a study runs (fairseq-train, -validate, -eval-lm) are processes of their own, which take
+    # their thread count from the environment (torch's default is every core): without this, two studies side by
+    # side at --threads 1 trained with two threads each and oversubscribed the machine
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
     info = machine.machine_info(args.threads)
     wait = {"waited_s": 0.0, "quiet": None, "load": machine.loadavg(), "threshold": args.load_threshold}
     if not args.quick:

@@ -1,6 +1,8 @@
 """The benchmark runner with a toy benchmark: cases interleaved and timed, skips recorded, ratios against the
 baseline, memory measured in a fresh process, and the .md / .json / .png written with the machine line."""
 import json
+import subprocess
+import sys
 import time
 
 from linattn_benchmarks.measure import peak_memory
@@ -72,3 +74,12 @@ def test_waiting_for_a_quiet_machine_keeps_to_its_limit(monkeypatch, capsys):
     wait = machine.wait_for_quiet(threshold=0.5, max_wait=1.0, poll=10.0)
     assert sum(slept) == 1.0 and not wait["quiet"] and wait["waited_s"] == 1.0
     assert "at most 1 s" in capsys.readouterr().out
+
+
+def test_threads_reach_the_fairseq_commands(tmp_path, monkeypatch):
+    """--threads is also the thread count of the commands a study runs (fairseq-train is a process of its own)."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # restored after the test: run() sets it for this process
+    run(Toy(), ["--quick", "--out", str(tmp_path), "--threads", "1", "--repeats", "1", "--warmup", "0", "--no-memory"])
+    child = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
+                           capture_output=True, text=True, check=True)
+    assert child.stdout.strip() == "1"
