@@ -53,4 +53,5 @@ def pytest_runtest_protocol(item, nextitem):
 def _deterministic():
     torch.manual_seed(0)
     torch.set_num_threads(THREADS)  # also undoes a benchmark runner's --threads
+    os.environ["OMP_NUM_THREADS"] = "1"  # and the runner's setting for the commands it starts
     yield
