@@ -99,7 +99,7 @@ def parser_for(benchmark: Benchmark) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="small sizes, few repeats (for development)")
     parser.add_argument("--out", default=RESULTS, help="output directory (default: results/)")
-    parser.add_argument("--threads", type=int, default=2,
+    parser.add_argument("--threads", type=positive_int, default=2,
                         help="torch threads of this process and of the fairseq commands it runs (default 2)")
     parser.add_argument("--load-threshold", type=float, default=0.5,
                         help="wait until the 1-minute load average is below this before a full run")
