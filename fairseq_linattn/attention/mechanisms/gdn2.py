@@ -9,9 +9,10 @@ initialisation, as Gated DeltaNet's, with dt_bias per key channel), b_t = sigmoi
 channel (how much of v_t is written). b = w = β is KDA; with one decay per head too, Gated DeltaNet.
 
 At initialisation gdn2 is Gated DeltaNet: each head's erase and write rows are one β (the write projection a copy
-of the erase one) and its decay rows one rate; training unties them. Measured on recall (docs/recall.md, two seeds):
-at d_model 64 independent random rows per channel learned it later (0.28 against 0.41 at 1,500 updates), at 128
-sooner (0.99 against 0.91): the tied start is kept for its perplexity (2.8% lower, one seed), not for recall.
+of the erase one) and its decay rows one rate; training unties them. Measured on recall (docs/recall.md): at
+d_model 64 independent random rows per channel learned it later (0.26 against 0.45 at 1,500 updates, three seeds),
+at 128 sooner (0.99 against 0.91, two): the tied start is kept for its recall at 64 and its perplexity (2.8% lower,
+one seed), at a cost at 128.
 
 Queries and keys as in :mod:`.delta` (SiLU, L2 norms, queries scaled by head_dim^-0.5). The ops (chunked by the
 WY/UT transform with GLA's sub-chunked scores, and the recurrent step) are in :mod:`..ops.gdn2`.
