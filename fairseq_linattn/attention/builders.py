@@ -104,8 +104,10 @@ def build_causal_attention(options: KernelOptions, shape: LayerShape, name: str)
                   **shape.common())
     if name == SOFTMAX_ATTENTION:
         return CausalSoftmaxAttention(shape.embed_dim, shape.num_heads, window=int(options.softmax_window), **around)
-    return linear_attentions()[name](shape.embed_dim, shape.num_heads, chunk_size=int(options.chunk_size),
-                                   decay_init=options.decay_init, train_state=options.train_state, **around)
+    mechanism = linear_attentions()[name]
+    own = {key: getattr(options, key) for key in mechanism.OPTIONS}
+    return mechanism(shape.embed_dim, shape.num_heads, chunk_size=int(options.chunk_size),
+                     decay_init=options.decay_init, train_state=options.train_state, **own, **around)
 
 
 CROSS_ATTENTION_BUILDERS = (build_kernel_attention,)

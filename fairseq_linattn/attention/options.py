@@ -154,6 +154,7 @@ def _mechanisms_help() -> str:
             "layer, comma-separated and repeated to the depth (a hybrid: gated-delta,gated-delta,gated-delta,softmax)")
 
 
+_GDN2 = linear_attentions()["gdn2"]
 KERNEL_FLAGS = {
     "linear_attention": Flag(KERNEL_ATTENTION, str, _mechanisms_help(), choices=LINEAR_ATTENTION_CHOICES),
     "short_conv": Flag(None, int,
@@ -168,6 +169,10 @@ KERNEL_FLAGS = {
                        "mamba2 (Mamba-2's; the better perplexity) or long (ten times slower: recall over hundreds of "
                        "tokens is learned sooner; docs/recall.md)",
                        choices=sorted(DECAY_INITS)),
+    "gdn2_start": Flag(_GDN2.DEFAULT_START, str, "gdn2's gates at initialisation, by the mechanism it then computes: "
+                       "gated-delta (one β, erase = write, and one decay per head), kda (one β per head, a decay per "
+                       "key channel) or random (every channel's own rows); docs/recall.md",
+                       choices=sorted(_GDN2.STARTS)),
     "softmax_window": Flag(0, int, f"the {SOFTMAX_ATTENTION} layers' sliding window: each position sees the last W "
                            "(itself included), training in O(n W), decoding with a W-token cache; 0: every earlier one"),
     "train_state": Flag("zero", str, "the recurrent mechanisms' state at the start of a training sample: zero, or "
@@ -195,6 +200,7 @@ class KernelOptions(MechanismOptions):
     short_conv: int = KERNEL_FLAGS["short_conv"].default
     output_gate: int = KERNEL_FLAGS["output_gate"].default
     decay_init: str = KERNEL_FLAGS["decay_init"].default
+    gdn2_start: str = KERNEL_FLAGS["gdn2_start"].default
     train_state: str = KERNEL_FLAGS["train_state"].default
     softmax_window: int = KERNEL_FLAGS["softmax_window"].default
     feature_map: str = KERNEL_FLAGS["feature_map"].default
@@ -205,8 +211,8 @@ class KernelOptions(MechanismOptions):
 
     GROUP = "kernel attention"
     FLAGS = KERNEL_FLAGS
-    CAUSAL_ONLY = ("chunk_size", "linear_attention", "short_conv", "output_gate", "decay_init", "train_state",
-                   "softmax_window")
+    CAUSAL_ONLY = ("chunk_size", "linear_attention", "short_conv", "output_gate", "decay_init", "gdn2_start",
+                   "train_state", "softmax_window")
     IDENTITY_FLAGS = ("feature_map", "linear_attention")
 
     @classmethod
@@ -230,6 +236,11 @@ class KernelOptions(MechanismOptions):
             raise ValueError(f"--decay-init {self.decay_init} only applies to Mamba-2's decay "
                              f"({', '.join(_mamba2_decays())}); --linear-attention {self.linear_attention} has none: "
                              "drop --decay-init")
+        if self.gdn2_start not in _GDN2.STARTS:
+            raise ValueError(f"--gdn2-start {self.gdn2_start!r} is unknown: choose one of {sorted(_GDN2.STARTS)}")
+        if self.gdn2_start != _GDN2.DEFAULT_START and "gdn2" not in layout:
+            raise ValueError(f"--gdn2-start {self.gdn2_start} only applies to gdn2; --linear-attention "
+                             f"{self.linear_attention} has no gdn2 layer: drop --gdn2-start")
         if self.train_state != "zero" and not set(layout) & set(linear_attentions()):
             recurrent = ", ".join(sorted(linear_attentions()))
             raise ValueError(f"--train-state {self.train_state} carries a recurrent state ({recurrent}); "

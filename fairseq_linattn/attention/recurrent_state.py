@@ -50,6 +50,7 @@ class RecurrentStateAttention(CausalAttention):
 
     SUMMARY = ""  # what the mechanism is, in a few words: --linear-attention's help lists it
     MAMBA2_DECAY = False  # True: a decay in Mamba-2's parameterisation, its initial rates from decay_init
+    OPTIONS: Tuple[str, ...] = ()  # the mechanism's own options (KernelOptions fields), passed by their names
     DEFAULT_CHUNK_SIZE = 64
     STATE_KEY = "recurrent_state"
     NORM_EPS = 1e-5

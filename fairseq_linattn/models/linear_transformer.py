@@ -101,7 +101,8 @@ def attention_roles(args) -> Tuple[KernelOptions, KernelOptions]:
                                       else KernelAttention.DEFAULT_FEATURE_MAP}).checked()
     # the decoder's own options (its mechanisms' decay, carried state, softmax window) are not kernel attention's
     kernel = replace(self_attention, linear_attention=KERNEL_ATTENTION, feature_map=feature_map,
-                     decay_init=DEFAULT_DECAY_INIT, train_state="zero", softmax_window=0).checked()
+                     decay_init=DEFAULT_DECAY_INIT, gdn2_start=KernelOptions.gdn2_start, train_state="zero",
+                     softmax_window=0).checked()
     return self_attention, kernel
 
 

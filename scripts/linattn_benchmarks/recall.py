@@ -53,6 +53,10 @@ MODELS: Dict[str, Tuple[str, List[str]]] = {
     "gated-delta-noconv": ("linear_transformer_lm", ["--linear-attention", "gated-delta", "--short-conv", "0"]),
     # a hybrid layout at the protocol's two layers: a gated-delta layer, then a softmax one (with its convolution)
     "gated-delta+softmax": ("linear_transformer_lm", ["--linear-attention", "gated-delta,softmax"]),
+    # gdn2 started as KDA (one β per head, a decay per key channel) or with every row on its own, not as Gated
+    # DeltaNet (--gdn2-start: fairseq_linattn/attention/mechanisms/gdn2.py)
+    **{f"gdn2-{start}-start": ("linear_transformer_lm", ["--linear-attention", "gdn2", "--gdn2-start", start])
+       for start in ("kda", "random")},
     # gdn2 with gated-delta's FFN (FFN_AS): more parameters than the others; whether what gdn2 loses at small widths
     # is the FFN its three channel-wise projections cost at equal parameters
     "gdn2-wide-ffn": ("linear_transformer_lm", ["--linear-attention", "gdn2"]),

@@ -127,6 +127,8 @@ def test_the_factory_builds_each_mechanism_for_a_decoder_only(name):
     (dict(linear_attention="softmax", train_state="carried"), "--train-state carried carries a recurrent state.*"
                                                                "drop --train-state"),
     (dict(train_state="carried"), "--linear-attention kernel has none to carry"),
+    (dict(linear_attention="gated-delta", gdn2_start="kda"), "--gdn2-start kda only applies to gdn2.*drop --gdn2-start"),
+    (dict(linear_attention="gdn2", gdn2_start="mamba"), "--gdn2-start 'mamba' is unknown"),
 ])
 def test_bad_options_are_named(options, message):
     with pytest.raises(ValueError, match=message):
@@ -231,3 +233,25 @@ def test_gdn2_starts_as_gated_deltanet():
                            "decay_proj.bias": torch.zeros(H, dtype=torch.float64)})
     x = torch.randn(13, 2, C, dtype=torch.float64)
     torch.testing.assert_close(gdn2(x)[0], gated(x)[0], rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("start,tied", [("gated-delta", {"erase", "write", "decay"}), ("kda", {"erase", "write"}),
+                                        ("random", set())])
+def test_gdn2_start_ties_the_gates_it_names_and_draws_the_rest_alike(start, tied):
+    """--gdn2-start reaches the layer: within each head the erase and write gates (equal to each other) and the
+    decay are one value per head exactly where the start ties them, per channel elsewhere; every start draws the
+    same weights (only the tying differs), so the query, key, value and decay-rate parameters are the starts' alike."""
+    torch.manual_seed(0)
+    attn = build_attention(KernelOptions(linear_attention="gdn2", gdn2_start=start).checked(), 0,
+                           LayerShape(C, H, causal=True)).double()
+    gates = attn.gates(torch.randn(7, 2, C, dtype=torch.float64))
+    for name in ("erase", "write", "log_decay"):
+        per_head = (gates[name] == gates[name][..., :1]).all().item()
+        assert per_head == (name.replace("log_", "") in tied), name
+    assert torch.equal(gates["erase"], gates["write"]) == ("erase" in tied)
+    torch.manual_seed(0)
+    random = build_attention(KernelOptions(linear_attention="gdn2", gdn2_start="random").checked(), 0,
+                             LayerShape(C, H, causal=True)).double()
+    for key in ("q_proj.weight", "k_proj.weight", "v_proj.weight", "A_log", "erase_proj.weight"):
+        rows = slice(None, None, C // H)  # each head's first row: the one the start copies over the others
+        torch.testing.assert_close(attn.state_dict()[key][rows], random.state_dict()[key][rows], rtol=0, atol=0)

@@ -8,11 +8,12 @@ initialisation, as Gated DeltaNet's, with dt_bias per key channel), b_t = sigmoi
 (how much of what the state holds under k_t is erased, channel by channel) and w_t = sigmoid(W_w x_t) per value
 channel (how much of v_t is written). b = w = β is KDA; with one decay per head too, Gated DeltaNet.
 
-At initialisation gdn2 is Gated DeltaNet: each head's erase and write rows are one β (the write projection a copy
-of the erase one) and its decay rows one rate; training unties them. Measured on recall (docs/recall.md): at
-d_model 64 independent random rows per channel learned it later (0.26 against 0.45 at 1,500 updates, three seeds),
-at 128 sooner (0.99 against 0.91, two): the tied start is kept for its recall at 64 and its perplexity (2.8% lower,
-one seed), at a cost at 128.
+What it starts as (``--gdn2-start``): ``gated-delta`` (the default) ties each head's erase and write rows into one
+β (the write projection a copy of the erase one) and its decay rows into one rate; ``kda`` ties only erase and
+write (one β per head, a decay per key channel, as Kimi Delta Attention); ``random`` draws every row on its own.
+Training unties them either way. Measured on recall (docs/recall.md): at d_model 64 the random start learned it
+later (0.26 against 0.45 at 1,500 updates, three seeds), at 128 sooner (0.99 against 0.91, two): the tied start
+is kept for its recall at 64 and its perplexity (2.8% lower, one seed), at a cost at 128.
 
 Queries and keys as in :mod:`.delta` (SiLU, L2 norms, queries scaled by head_dim^-0.5). The ops (chunked by the
 WY/UT transform with GLA's sub-chunked scores, and the recurrent step) are in :mod:`..ops.gdn2`.
@@ -33,18 +34,37 @@ class GatedDeltaNet2Attention(DeltaNetAttention):
     SUMMARY = "Gated DeltaNet-2: a decay, an erase and a write gate per channel"
     PADDING_NEUTRAL = ("log_decay", "erase", "write")
     MAMBA2_DECAY = True
+    OPTIONS = ("gdn2_start",)
+    # --gdn2-start: the gates tied within each head at initialisation, by the mechanism it then computes
+    STARTS = {"gated-delta": ("erase = write", "decay"), "kda": ("erase = write",), "random": ()}
+    DEFAULT_START = "gated-delta"
+
+    def __init__(self, embed_dim: int, num_heads: int, gdn2_start: str = DEFAULT_START, **options):
+        if gdn2_start not in self.STARTS:
+            raise ValueError(f"gdn2_start must be one of {sorted(self.STARTS)}, got {gdn2_start!r}")
+        super().__init__(embed_dim, num_heads, **options)
+        self.start_as(gdn2_start)
 
     def add_gates(self, embed_dim: int, num_heads: int):
         """W_b (erase, per key channel), W_w (write, per value channel), W_g and its Mamba-2 A (per head) and
-        dt_bias (per key channel; W_g has no bias of its own)."""
+        dt_bias (per key channel; W_g has no bias of its own), every row drawn on its own (:meth:`start_as` ties)."""
         self.erase_proj = nn.Linear(embed_dim, embed_dim)
         self.write_proj = nn.Linear(embed_dim, embed_dim)
         self.decay_proj = nn.Linear(embed_dim, embed_dim, bias=False)
         self.A_log, self.dt_bias = mamba2_decay_parameters(num_heads, embed_dim, decay_init=self.decay_init)
-        with torch.no_grad():  # start as Gated DeltaNet: one decay and one β (erase = write) per head
-            for rows in (self.erase_proj.weight, self.erase_proj.bias, self.decay_proj.weight, self.dt_bias):
+
+    @torch.no_grad()
+    def start_as(self, start: str):
+        """Tie the rows ``STARTS[start]`` names within each head: one β per head (the erase rows tied, the write
+        projection their copy), one decay per head. Draws nothing, so every start has the same other weights."""
+        tied = self.STARTS[start]
+        if "erase = write" in tied:
+            for rows in (self.erase_proj.weight, self.erase_proj.bias):
                 self.tie_within_heads(rows)
             self.write_proj.load_state_dict(self.erase_proj.state_dict())
+        if "decay" in tied:
+            for rows in (self.decay_proj.weight, self.dt_bias):
+                self.tie_within_heads(rows)
 
     def tie_within_heads(self, rows):
         """Copy each head's first output row (of a weight, or a bias) over the head's other rows, in place."""

@@ -21,6 +21,10 @@ from .gdn2 import GatedDeltaNet2Attention
 @register_linear_attention("kda")
 class KimiDeltaAttention(GatedDeltaNet2Attention):
     SUMMARY = "Kimi Delta Attention: the gated delta rule with a decay per key channel"
+    OPTIONS = ()  # not gdn2's start: KDA's rows are its own
+
+    def start_as(self, start: str):
+        """Nothing to tie: one β per head is KDA's own parameterisation, and its decay stays per key channel."""
 
     def add_gates(self, embed_dim: int, num_heads: int):
         """W_β (one per head), the decay's low-rank W_1 (d -> head_dim) and W_2 (head_dim -> d), A per head and
