@@ -96,8 +96,11 @@ BARE = {f"{name}-bare": (name, ["--short-conv", "0", "--output-gate", "0"]) for 
 # hurt it), and trained from carried states (--train-state carried: the states long inputs reach); --models picks them
 PAST_LENGTH = {f"{name}-nopos": (name, ["--no-token-positional-embeddings"]) for name in GATED_MECHANISMS}
 PAST_LENGTH["gated-delta-nopos-carried"] = ("gated-delta", ["--no-token-positional-embeddings", "--train-state", "carried"])
+# gdn2 started as KDA (erase = write, a decay per key channel) or with every row its own, not as Gated DeltaNet
+# (--gdn2-start; --models picks them)
+GDN2_STARTS = {f"gdn2-{start}-start": ("gdn2", ["--gdn2-start", start]) for start in ("kda", "random")}
 LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", mechanism, *extra])
-                  for name, (mechanism, extra) in {**BARE, **PAST_LENGTH}.items()})
+                  for name, (mechanism, extra) in {**BARE, **PAST_LENGTH, **GDN2_STARTS}.items()})
 # hybrid stacks (Qwen3-Next, Kimi Linear: three recurrent layers to one softmax), the softmax layer full or a sliding
 # window of 64 tokens (n/4 at the default scale); a layout is repeated to the depth: give them 4k layers (--layers 4)
 HYBRIDS = {f"hybrid-{name}": ("linear_transformer_lm", ["--linear-attention", ",".join([name] * 3 + ["softmax"])])
@@ -110,7 +113,7 @@ HYBRIDS.update({f"{name}-nopos": (arch, [*extra, "--no-token-positional-embeddin
                 for name, (arch, extra) in list(HYBRIDS.items()) if "window" not in name})
 LM_MODELS.update(HYBRIDS)
 # the models whose FFN pays for the output gate (every layer of a hybrid has one, its softmax layer too)
-OUTPUT_GATED = (SOFTMAX_CONV_GATE, LINEAR_CONV_GATE, *GATED_MECHANISMS, *PAST_LENGTH, *HYBRIDS)
+OUTPUT_GATED = (SOFTMAX_CONV_GATE, LINEAR_CONV_GATE, *GATED_MECHANISMS, *PAST_LENGTH, *GDN2_STARTS, *HYBRIDS)
 MECHANISM_MODELS = (SOFTMAX_LM, SOFTMAX_CONV_GATE, LINEAR_LM, LINEAR_CONV_GATE, *GATED_MECHANISMS)
 
 
@@ -451,7 +454,7 @@ class MechanismQualityBenchmark(QualityBenchmark):
         parser.set_defaults(only=self.PARTS, work_dir=str(Path(ROOT) / "runs" / "quality_mechanisms"))
         parser.add_argument("--models", type=names_among(LM_MODELS), default=None,
                             help=f"comma-separated, transformer_lm always first (default: {', '.join(MECHANISM_MODELS)}; "
-                                 f"also {', '.join([*BARE, *PAST_LENGTH, *HYBRIDS])})")
+                                 f"also {', '.join([*BARE, *PAST_LENGTH, *GDN2_STARTS, *HYBRIDS])})")
 
     def problem(self, args) -> str:
         hybrids, layers = [m for m in args.models or () if m in HYBRIDS], self.scale(args).layers
