@@ -98,7 +98,9 @@ PAST_LENGTH = {f"{name}-nopos": (name, ["--no-token-positional-embeddings"]) for
 PAST_LENGTH["gated-delta-nopos-carried"] = ("gated-delta", ["--no-token-positional-embeddings", "--train-state", "carried"])
 # gdn2 started as KDA (erase = write, a decay per key channel) or with every row its own, not as Gated DeltaNet
 # (--gdn2-start; --models picks them)
-GDN2_STARTS = {f"gdn2-{start}-start": ("gdn2", ["--gdn2-start", start]) for start in ("kda", "random")}
+_GDN2 = linear_attentions()["gdn2"]
+GDN2_STARTS = {f"gdn2-{start}-start": ("gdn2", ["--gdn2-start", start])
+               for start in _GDN2.STARTS if start != _GDN2.DEFAULT_START}
 LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", mechanism, *extra])
                   for name, (mechanism, extra) in {**BARE, **PAST_LENGTH, **GDN2_STARTS}.items()})
 # hybrid stacks (Qwen3-Next, Kimi Linear: three recurrent layers to one softmax), the softmax layer full or a sliding

@@ -31,6 +31,7 @@ from .runner import ROOT, Study, entry_point, existing_file, names_among, positi
 
 SOFTMAX = "softmax"
 GATED = tuple(sorted(linear_attentions()))  # --linear-attention's mechanisms with a decay, gate or delta rule
+_GDN2 = linear_attentions()["gdn2"]
 MODELS: Dict[str, Tuple[str, List[str]]] = {
     SOFTMAX: ("transformer_lm", []),
     # softmax given the short convolution the recurrent mechanisms have (and their output gate): what those buy
@@ -56,7 +57,7 @@ MODELS: Dict[str, Tuple[str, List[str]]] = {
     # gdn2 started as KDA (one β per head, a decay per key channel) or with every row on its own, not as Gated
     # DeltaNet (--gdn2-start: fairseq_linattn/attention/mechanisms/gdn2.py)
     **{f"gdn2-{start}-start": ("linear_transformer_lm", ["--linear-attention", "gdn2", "--gdn2-start", start])
-       for start in ("kda", "random")},
+       for start in _GDN2.STARTS if start != _GDN2.DEFAULT_START},
     # gdn2 with gated-delta's FFN (FFN_AS): more parameters than the others; whether what gdn2 loses at small widths
     # is the FFN its three channel-wise projections cost at equal parameters
     "gdn2-wide-ffn": ("linear_transformer_lm", ["--linear-attention", "gdn2"]),
