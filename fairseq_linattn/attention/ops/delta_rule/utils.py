@@ -87,32 +87,34 @@ class _SolveAndCarry(torch.autograd.Function):
     Backward, with dS the gradient reaching the state leaving chunk c (the final state's at first):
         dÛ = scores^T dO + K_s dS,   dS_0 = Q_c^T dO + decay ⊙ dS - W^T dÛ        (the loop, last chunk first)
         dQ_c = dO S_0^T,  dscores = dO Û^T,  dK_s = Û dS^T,  ddecay = Σ S_0 ⊙ dS,  dW = -dÛ S_0^T,  dU = dÛ
-    and through W = T E, U = T V (T = L^{-1}):  dE = T^T dW,  dV = T^T dU,  dL = -tril(dE W^T + dV U^T, -1)."""
+    and through W = T E, U = T V (T = L^{-1}):  dV = T^T dU = T^T dÛ,  dE = T^T dW = -dV S_0^T  and
+        dL = -tril(dE W^T + dV U^T, -1) = -tril(dV (U - W S_0)^T, -1) = -tril(dV Û^T, -1),
+    one product each (T^T (dÛ S_0^T) and the two terms of dL, as written first, cost three more)."""
 
     @staticmethod
     def forward(ctx, lower, erase_keys, values, q_carried, scores, k_into_state, decay, state):
         inverse = _unit_lower_inverse(lower)
-        w, u = torch.matmul(inverse, erase_keys), torch.matmul(inverse, values)
-        entering = state.new_empty(*u.shape[:2], *state.shape[1:])  # S_0 of every chunk: N x chunks x M x D
-        u_hat = torch.empty_like(u)
-        for c in range(u.size(1)):
+        w, u_hat = torch.matmul(inverse, erase_keys), torch.matmul(inverse, values)  # U, made Û in place below
+        entering = state.new_empty(*u_hat.shape[:2], *state.shape[1:])  # S_0 of every chunk: N x chunks x M x D
+        for c in range(u_hat.size(1)):
             entering[:, c] = state
-            u_hat[:, c] = torch.baddbmm(u[:, c], w[:, c], state, alpha=-1)  # Û = U - W S_0
+            # Û = U - W S_0, over U (an in-place baddbmm_ on this strided slice runs one matrix at a time)
+            u_hat[:, c] = torch.baddbmm(u_hat[:, c], w[:, c], state, alpha=-1)
             carried = state if decay is None else state * decay[:, c]
             state = torch.baddbmm(carried, k_into_state[:, c].transpose(1, 2), u_hat[:, c])
         out = _product(scores, u_hat, add_to=torch.matmul(q_carried, entering))
-        ctx.save_for_backward(inverse, w, u, q_carried, scores, k_into_state, decay, entering, u_hat)
+        ctx.save_for_backward(inverse, w, q_carried, scores, k_into_state, decay, entering, u_hat)
         return out, state
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out, d_state):
-        inverse, w, u, q_carried, scores, k_into_state, decay, entering, u_hat = ctx.saved_tensors
+        inverse, w, q_carried, scores, k_into_state, decay, entering, u_hat = ctx.saved_tensors
         d_u_hat = torch.matmul(scores.transpose(-1, -2), d_out)  # scores^T dO, the loop adds K_s dS
         d_entering = torch.matmul(q_carried.transpose(-1, -2), d_out)  # Q_c^T dO, the loop adds the rest
         leaving = torch.empty_like(entering)  # dS reaching the state leaving each chunk
         d_s = torch.zeros_like(entering[:, 0]) if d_state is None else d_state
-        for c in reversed(range(u.size(1))):
+        for c in reversed(range(u_hat.size(1))):
             leaving[:, c] = d_s
             d_u_c = torch.baddbmm(d_u_hat[:, c], k_into_state[:, c], d_s)
             d_u_hat[:, c] = d_u_c
@@ -126,12 +128,10 @@ class _SolveAndCarry(torch.autograd.Function):
             d_decay = (entering * leaving).sum(-1, keepdim=True)
             if decay.size(-2) == 1:
                 d_decay = d_decay.sum(-2, keepdim=True)
-        inverse_t = inverse.transpose(-1, -2)
-        # the two minus signs ride in the products (alpha = -1) rather than in passes of their own
-        d_erase = _product(inverse_t, _product(d_u_hat, entering.transpose(-1, -2)), alpha=-1)  # T^T dW
-        d_values = torch.matmul(inverse_t, d_u_hat)
-        d_lower = _product(d_erase, w.transpose(-1, -2), alpha=-1)
-        d_lower = _product(d_values, u.transpose(-1, -2), alpha=-1, add_to=d_lower)
+        d_values = torch.matmul(inverse.transpose(-1, -2), d_u_hat)  # T^T dÛ
+        # the minus signs ride in the products (alpha = -1) rather than in passes of their own
+        d_erase = _product(d_values, entering.transpose(-1, -2), alpha=-1)
+        d_lower = _product(d_values, u_hat.transpose(-1, -2), alpha=-1)
         return d_lower.tril_(-1), d_erase, d_values, d_q, d_scores, d_k, d_decay, d_s
 
 
