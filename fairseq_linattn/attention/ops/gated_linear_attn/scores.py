@@ -20,11 +20,15 @@ whatever the decay. Three ways of choosing r, each chunk taking the cheapest tha
   second half's first position, between every such j and i. Halving down to single positions (whose weight is 1)
   covers every pair once: log2(C) products, each of C^2 M / 2^(level + 2) multiply-adds, and the diagonal.
 
+A caller that forms q ⊙ exp(b) anyway (Gated DeltaNet-2's, for the products with the state entering each chunk)
+can take r = 0, the chunk's start, for the chunks that decay by at most ``WHOLE_CHUNK_LIMIT`` from there
+(:func:`intra_chunk_scores_from_start`): the whole-chunk path without the queries' factors.
+
 Every path's backward is written out, with the decays' gradient from the identity ∂A_ij/∂b_im = q_im ∂A_ij/∂q_im,
 ∂A_ij/∂b_jm = -k_jm ∂A_ij/∂k_jm (r cancels), that is db = Σ q ⊙ dq - k ⊙ dk. :func:`intra_chunk_scores_autograd` is
 the definition itself (the weights formed explicitly, autograd's backward): the reference they are tested against.
 """
-from typing import List
+from typing import Callable, List
 
 import torch
 import torch.nn.functional as F
@@ -37,19 +41,49 @@ WHOLE_CHUNK_LIMIT = FACTOR_LIMIT  # a chunk decaying by at most this takes one p
 
 def intra_chunk_scores(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
     """A (``N x chunks x C x C``) from q, k, b (``N x chunks x C x M``; C a multiple of ``SUB_CHUNK`` or at most it).
-    ``q`` may carry extra leading dims (several query sets against the same keys: ``G x N x chunks x C x M`` gives
-    ``G x N x chunks x C x C``), so that the keys are weighted once for all of them.
+    ``q`` may stack several query sets along the rows of each chunk (``N x chunks x G·C x M`` gives
+    ``N x chunks x G·C x C``, set g's scores in rows g·C to (g+1)·C), so that the keys are weighted once and, on the
+    usual path, one product serves every set.
 
     Each chunk takes its own path (:func:`paths_by_chunk`): a strongly gated head (a few of them are in a model with
     Mamba-2's decay initialisation) does not send every other chunk the slower way."""
     path = paths_by_chunk(b)
     used = path.unique().tolist()  # one host sync
     if len(used) == 1:
-        return PATHS[used[0]].apply(q, k, b)
+        return _scores_by(used[0], q, k, b)
     out = q.new_empty(*q.shape[:-1], b.size(-2))
     for index in used:
         rows = path == index
-        out[..., rows, :, :] = PATHS[index].apply(q[..., rows, :, :], k[rows], b[rows])
+        out[rows] = _scores_by(index, q[rows], k[rows], b[rows])
+    return out
+
+
+def _scores_by(index: int, q: Tensor, k: Tensor, b: Tensor) -> Tensor:
+    """The scores by path ``index``: the whole-chunk path takes the stacked query sets as they are (one product
+    for all of them); the other two, made for the rare strongly gated chunk, take them as a leading dim."""
+    sets = q.size(-2) // k.size(-2)
+    if index == 0 or sets == 1:
+        return PATHS[index].apply(q, k, b)
+    by_set = q.unflatten(-2, (sets, -1)).movedim(-3, 0)
+    return PATHS[index].apply(by_set, k, b).movedim(0, -3).flatten(-3, -2)
+
+
+def intra_chunk_scores_from_start(decayed: Tensor, k: Tensor, b: Tensor, undecayed: Callable[[Tensor], Tensor]
+                                  ) -> Tensor:
+    """:func:`intra_chunk_scores` for a caller that has the queries decayed from each chunk's start already,
+    ``decayed`` = q ⊙ exp(b) (the queries of its products with the state entering the chunk; stacked sets as there):
+    measured against r = 0, the chunk's start, the keys take exp(-b) and the queries nothing more, one product per
+    chunk (:class:`_FromStartScores`). Exact where the chunk's whole decay from its start (-b at its last position)
+    is at most ``WHOLE_CHUNK_LIMIT``; the other chunks (a boolean ``N x chunks`` mask) go by
+    :func:`intra_chunk_scores` on ``undecayed(mask)``, their queries as they were (exp(b) there may underflow)."""
+    from_start = b[..., -1, :].amin(-1) >= -WHOLE_CHUNK_LIMIT
+    if bool(from_start.all()):  # one host sync
+        return _FromStartScores.apply(decayed, k, b)
+    out = decayed.new_empty(*decayed.shape[:-1], k.size(-2))
+    if bool(from_start.any()):
+        out[from_start] = _FromStartScores.apply(decayed[from_start], k[from_start], b[from_start])
+    rest = ~from_start
+    out[rest] = intra_chunk_scores(undecayed(rest), k[rest], b[rest])
     return out
 
 
@@ -69,16 +103,18 @@ def _above_diagonal(size: int, device) -> Tensor:
 
 class _WholeChunkScores(torch.autograd.Function):
     """Queries and keys measured against r = b at the chunk's first position, q_i exp(b_i - r) <= 1 and
-    k_j exp(r - b_j) <= exp(WHOLE_CHUNK_LIMIT), then one product, the future masked. A scaled factor keeps its
-    relative precision, and the products below the diagonal are the weights' own size; above it (masked, and given
-    no gradient) they stay below fp32's range."""
+    k_j exp(r - b_j) <= exp(WHOLE_CHUNK_LIMIT), then one product (every stacked query set in it), the future
+    masked. A scaled factor keeps its relative precision, and the products below the diagonal are the weights'
+    own size; above it (masked, and given no gradient) they stay below fp32's range."""
 
     @staticmethod
     def forward(ctx, q, k, b):
         first = b[..., :1, :]
         q_factors, k_factors = torch.exp(b - first), torch.exp(first - b)
-        q_scaled, k_scaled = q * q_factors, k * k_factors
-        future = _above_diagonal(b.size(-2), b.device)
+        sets = q.size(-2) // k.size(-2)
+        q_scaled = _per_set(q, sets).mul(q_factors.unsqueeze(-3)).flatten(-3, -2)
+        k_scaled = k * k_factors
+        future = _above_diagonal(b.size(-2), b.device).repeat(sets, 1)
         out = torch.matmul(q_scaled, k_scaled.transpose(-1, -2)).masked_fill_(future, 0.0)
         ctx.save_for_backward(q, k, q_factors, k_factors, q_scaled, k_scaled)
         ctx.future = future
@@ -88,12 +124,44 @@ class _WholeChunkScores(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out):
         q, k, q_factors, k_factors, q_scaled, k_scaled = ctx.saved_tensors
+        sets = q.size(-2) // k.size(-2)
         d_out = d_out.masked_fill(ctx.future, 0.0)
-        d_q = torch.matmul(d_out, k_scaled).mul_(q_factors)
-        d_k_scaled = torch.matmul(d_out.transpose(-1, -2), q_scaled)
-        d_k = d_k_scaled.sum_to_size(k.shape).mul_(k_factors)  # summed over stacked query sets
-        d_b = (q * d_q).sum_to_size(k.shape) - k * d_k
+        d_q = torch.matmul(d_out, k_scaled)
+        _per_set(d_q, sets).mul_(q_factors.unsqueeze(-3))
+        d_k = torch.matmul(d_out.transpose(-1, -2), q_scaled).mul_(k_factors)  # all sets in one product
+        d_b = torch.mul(q, d_q)
+        d_b = (d_b if sets == 1 else _per_set(d_b, sets).sum(-3)) - k * d_k
         return d_q, d_k, d_b
+
+
+class _FromStartScores(torch.autograd.Function):
+    """Queries decayed from the chunk's start, q_i exp(b_i) <= 1 (given), keys k_j exp(-b_j) <=
+    exp(WHOLE_CHUNK_LIMIT), one product, the future masked: :class:`_WholeChunkScores` with r = 0, so that the
+    query side needs no factor of its own. b's gradient here is the keys' side only; the queries' side reaches b
+    through the caller's exp(b)."""
+
+    @staticmethod
+    def forward(ctx, decayed, k, b):
+        k_factors = torch.exp(b.neg())
+        k_scaled = k * k_factors
+        future = _above_diagonal(b.size(-2), b.device).repeat(decayed.size(-2) // k.size(-2), 1)
+        out = torch.matmul(decayed, k_scaled.transpose(-1, -2)).masked_fill_(future, 0.0)
+        ctx.save_for_backward(decayed, k, k_factors, k_scaled)
+        ctx.future = future
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        decayed, k, k_factors, k_scaled = ctx.saved_tensors
+        d_out = d_out.masked_fill(ctx.future, 0.0)
+        d_k = torch.matmul(d_out.transpose(-1, -2), decayed).mul_(k_factors)  # all sets in one product
+        return torch.matmul(d_out, k_scaled), d_k, torch.mul(k, d_k).neg_()
+
+
+def _per_set(x: Tensor, sets: int) -> Tensor:
+    """``... x G·C x F`` -> the view ``... x G x C x F``: the stacked query sets apart."""
+    return x.unflatten(-2, (sets, -1))
 
 
 def _sub_chunks(q: Tensor, k: Tensor, b: Tensor):
@@ -231,8 +299,9 @@ PATHS = (_WholeChunkScores, _SubChunkScores, _NestedHalvesScores)  # paths_by_ch
 
 def intra_chunk_scores_autograd(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
     """:func:`intra_chunk_scores` as defined, in autograd operations: the weights exp(min(b_i - b_j, 0)) formed for
-    every pair (C x C x M per chunk: for tests), the future masked. The reference the paths are tested against
-    (tests/attention/ops/test_gated_linear_attn.py)."""
+    every pair (C x C x M per chunk: for tests), the future masked, each stacked query set against the keys. The
+    reference the paths are tested against (tests/attention/ops/test_gated_linear_attn.py)."""
     diff = (b.unsqueeze(-2) - b.unsqueeze(-3)).clamp(max=0)  # ... x C(i) x C(j) x M
-    out = torch.einsum("...im,...jm,...ijm->...ij", q, k, torch.exp(diff))
-    return out.masked_fill(_above_diagonal(b.size(-2), b.device), 0.0)
+    by_set = _per_set(q, q.size(-2) // k.size(-2))
+    out = torch.einsum("...gim,...jm,...ijm->...gij", by_set, k, torch.exp(diff))
+    return out.masked_fill(_above_diagonal(b.size(-2), b.device), 0.0).flatten(-3, -2)

@@ -14,14 +14,15 @@ g within the chunk (per channel: b_i ∈ R^M), γ_i = exp(b_i):
     O = (Γ ⊙ Q) S_0 + P Û,                                    P_ij = Σ_m q_im k_jm exp(b_im - b_jm)  (j <= i)
     S_C = diag(γ_C) S_0 + (K ⊙ exp(b_C - b))^T Û
 
-E and P are GLA's intra-chunk scores with a decay per key dimension (the exponent depends on m, so neither
-factorises as (Q ⊙ exp(b)) (K ⊙ exp(-b))^T, which would overflow within a chunk): :mod:`..gated_linear_attn.scores`
-forms them exactly for any decay, each chunk by the cheapest of its three paths. Every other weight is exp of a
-nonpositive number (γ, exp(b_C - b)), nothing is divided by a decay, so any decay is stable: weights underflow to
-0, correctly.
+E and P are GLA's intra-chunk scores with a decay per key dimension (the exponent depends on m):
+:mod:`..gated_linear_attn.scores` forms them exactly for any decay. A chunk that decays by at most
+``WHOLE_CHUNK_LIMIT`` from its start (the usual case) takes both as one product (Γ ⊙ [A; Q]) (K ⊙ exp(-b))^T,
+of the rows the solve needs anyway; a chunk that decays more (the keys' factor would overflow) goes by the
+cheapest of the general paths. Every other weight is exp of a nonpositive number (γ, exp(b_C - b)), nothing is
+divided by a decay, so any decay is stable: weights underflow to 0, correctly.
 The solve and the loop over chunks are the delta rule's (:func:`..delta_rule.utils.solve_and_carry`); the element-wise
-inputs of both, one node (:class:`_ChunkInputs`: 11% less CPU time for the op's forward + backward than the same
-products left to autograd, 5% with KDA's gates, at n = 4096 on one thread).
+inputs of both, one node (:class:`_ChunkInputs`; its first form cost 11% less CPU time for the op's forward +
+backward than the same products left to autograd, at n = 4096 on one thread).
 
 Cost per chunk (C = ``chunk_size``, rounded up to whole sub-chunks above 16): the two score matrices O(C^2 M)
 each (by nested halves, for strongly gated chunks, about twice the one product's time); the solve O(C^2 (M + D));
@@ -38,7 +39,7 @@ import torch
 from torch import Tensor
 
 from ..delta_rule.utils import in_chunks, solve_and_carry
-from ..gated_linear_attn.scores import SUB_CHUNK, intra_chunk_scores
+from ..gated_linear_attn.scores import SUB_CHUNK, intra_chunk_scores_from_start
 from ..linear_attn.utils import matrix_state
 from .utils import check_gdn2_inputs
 
@@ -81,11 +82,15 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, erase: Tensor, 
     def split(x: Tensor) -> Tensor:
         return in_chunks(x, n, chunk, dtype)
 
-    q, k = split(q), split(k)
-    # q and the erase rows stacked, so that both score matrices come from one call (the keys are weighted once)
-    stacked, b, erase_carried, values, q_carried, k_into_state, state_decay = _ChunkInputs.apply(
-        q, k, split(v), split(log_decay), split(erase), split(write))
-    lower, scores = intra_chunk_scores(stacked, k, b)  # lower: the solve reads tril(E, -1)
+    q, k, erase = split(q), split(k), split(erase)
+    # Γ ⊙ [A; Q] stacked in each chunk, so that both score matrices come from one product, and its halves
+    decayed, erase_carried, q_carried, b, values, k_into_state, state_decay = _ChunkInputs.apply(
+        q, k, split(v), split(log_decay), erase, split(write))
+
+    def undecayed(rows: Tensor) -> Tensor:  # [A; Q] of the chunks that decay too much for Γ ⊙ [A; Q]
+        return torch.cat([erase[rows] * k[rows], q[rows]], -2)
+
+    lower, scores = intra_chunk_scores_from_start(decayed, k, b, undecayed).split(chunk, -2)  # the solve reads
     out, state = solve_and_carry(lower, erase_carried, values, q_carried, scores, k_into_state, state_decay, state)
     return out.flatten(1, 2)[:, :length], state
 
@@ -95,34 +100,44 @@ class _ChunkInputs(torch.autograd.Function):
     ``N x chunks x C x ·``), as one autograd node with its backward written out: the same element-wise products
     left to autograd made a node each and a fresh gradient per factor, which cost about as much as the scores.
 
-    Outputs: [A; Q] stacked (A = erase ⊙ K), b (the cumsum of g inside each chunk), Γ ⊙ A, write ⊙ V, Γ ⊙ Q,
-    K ⊙ exp(b_C - b) and exp(b_C)^T (``N x chunks x M x 1``), with Γ = exp(b)."""
+    Outputs: Γ ⊙ [A; Q] stacked in each chunk (A = erase ⊙ K, Γ = exp(b); ``N x chunks x 2C x M``) and its two
+    halves Γ ⊙ A and Γ ⊙ Q (views, each with a gradient of its own), b (the cumsum of g inside each chunk),
+    write ⊙ V, K ⊙ exp(b_C - b) and exp(b_C)^T (``N x chunks x M x 1``)."""
 
     @staticmethod
     def forward(ctx, q, k, v, log_decay, erase, write):
-        stacked = q.new_empty(2, *q.shape)
-        erase_keys = torch.mul(erase, k, out=stacked[0])
-        stacked[1].copy_(q)
         b = log_decay.cumsum(-2)
         gamma = torch.exp(b)
+        decayed = q.new_empty(*q.shape[:-2], 2, *q.shape[-2:])
+        torch.mul(erase, k, out=decayed[..., 0, :, :]).mul_(gamma)
+        torch.mul(q, gamma, out=decayed[..., 1, :, :])
         last = b[..., -1:, :]
         to_end = torch.sub(last, b).exp_()  # exp(b_C - b) <= 1
         state_decay = torch.exp(last.transpose(-1, -2))
-        ctx.save_for_backward(q, k, v, erase, write, stacked, gamma, to_end, state_decay)
-        return stacked, b, erase_keys * gamma, write * v, q * gamma, k * to_end, state_decay
+        decayed = decayed.flatten(-3, -2)
+        ctx.save_for_backward(q, k, v, erase, write, decayed, gamma, to_end, state_decay)
+        erase_carried, q_carried = decayed.split(k.size(-2), -2)
+        return decayed, erase_carried, q_carried, b, write * v, k * to_end, state_decay
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, d_stacked, d_b, d_erase_carried, d_values, d_q_carried, d_k_into_state, d_state_decay):
+    def backward(ctx, d_decayed, d_erase_carried, d_q_carried, d_b, d_values, d_k_into_state, d_state_decay):
         # (an output nobody used arrives as zeros: autograd materialises them for a Function)
-        q, k, v, erase, write, stacked, gamma, to_end, state_decay = ctx.saved_tensors
-        d_erase_keys = torch.addcmul(d_stacked[0], d_erase_carried, gamma)
-        d_q = torch.addcmul(d_stacked[1], d_q_carried, gamma)
+        q, k, v, erase, write, decayed, gamma, to_end, state_decay = ctx.saved_tensors
+        # the gradients of Γ ⊙ A and Γ ⊙ Q: through the stacked rows and through the halves
+        d_decayed_erase, d_decayed_q = (d + d_half for d, d_half in zip(_sets(d_decayed).unbind(-3),
+                                                                         (d_erase_carried, d_q_carried)))
+        decayed_erase, decayed_q = _sets(decayed).unbind(-3)
+        d_b = torch.addcmul(d_b, d_decayed_erase, decayed_erase).addcmul_(d_decayed_q, decayed_q)  # Γ's own, in b
+        d_erase_keys, d_q = d_decayed_erase.mul_(gamma), d_decayed_q.mul_(gamma)
         d_to_end = d_k_into_state.mul(k).mul_(to_end)  # the gradient of b_C - b
-        d_b = d_b.sub(d_to_end)
-        d_b.addcmul_(d_erase_carried, stacked[0].mul(gamma))  # Γ ⊙ A: its own gradient in b
-        d_b.addcmul_(d_q_carried, q.mul(gamma))
+        d_b.sub_(d_to_end)
         d_b[..., -1:, :].add_(d_to_end.sum(-2, keepdim=True) + (d_state_decay * state_decay).transpose(-1, -2))
         d_log_decay = d_b.flip(-2).cumsum_(-2).flip(-2)  # b = cumsum(g): g's gradient sums b's from its step on
         d_k = torch.mul(d_erase_keys, erase).addcmul_(d_k_into_state, to_end)
         return d_q, d_k, d_values * write, d_log_decay, d_erase_keys.mul_(k), d_values * v
+
+
+def _sets(x: Tensor) -> Tensor:
+    """``... x 2C x F`` -> the view ``... x 2 x C x F``: the erase rows and the queries apart."""
+    return x.unflatten(-2, (2, -1))
