@@ -118,8 +118,8 @@ class _SolveAndCarry(torch.autograd.Function):
             leaving[:, c] = d_s
             d_u_c = torch.baddbmm(d_u_hat[:, c], k_into_state[:, c], d_s)
             d_u_hat[:, c] = d_u_c
-            carried = d_s if decay is None else d_s * decay[:, c]
-            d_s = torch.baddbmm(d_entering[:, c] + carried, w[:, c].transpose(1, 2), d_u_c, alpha=-1)
+            carried = d_entering[:, c] + d_s if decay is None else torch.addcmul(d_entering[:, c], d_s, decay[:, c])
+            d_s = torch.baddbmm(carried, w[:, c].transpose(1, 2), d_u_c, alpha=-1)
         d_q = torch.matmul(d_out, entering.transpose(-1, -2))
         d_scores = torch.matmul(d_out, u_hat.transpose(-1, -2))
         d_k = torch.matmul(u_hat, leaving.transpose(-1, -2))

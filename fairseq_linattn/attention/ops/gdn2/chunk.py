@@ -115,22 +115,23 @@ class _ChunkInputs(torch.autograd.Function):
         to_end = torch.sub(last, b).exp_()  # exp(b_C - b) <= 1
         state_decay = torch.exp(last.transpose(-1, -2))
         decayed = decayed.flatten(-3, -2)
-        ctx.save_for_backward(q, k, v, erase, write, decayed, gamma, to_end, state_decay)
+        k_into_state = k * to_end
+        ctx.save_for_backward(q, k, v, erase, write, decayed, gamma, to_end, k_into_state, state_decay)
         erase_carried, q_carried = decayed.split(k.size(-2), -2)
-        return decayed, erase_carried, q_carried, b, write * v, k * to_end, state_decay
+        return decayed, erase_carried, q_carried, b, write * v, k_into_state, state_decay
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_decayed, d_erase_carried, d_q_carried, d_b, d_values, d_k_into_state, d_state_decay):
         # (an output nobody used arrives as zeros: autograd materialises them for a Function)
-        q, k, v, erase, write, decayed, gamma, to_end, state_decay = ctx.saved_tensors
+        q, k, v, erase, write, decayed, gamma, to_end, k_into_state, state_decay = ctx.saved_tensors
         # the gradients of Γ ⊙ A and Γ ⊙ Q: through the stacked rows and through the halves
         d_decayed_erase, d_decayed_q = (d + d_half for d, d_half in zip(_sets(d_decayed).unbind(-3),
                                                                          (d_erase_carried, d_q_carried)))
         decayed_erase, decayed_q = _sets(decayed).unbind(-3)
         d_b = torch.addcmul(d_b, d_decayed_erase, decayed_erase).addcmul_(d_decayed_q, decayed_q)  # Γ's own, in b
         d_erase_keys, d_q = d_decayed_erase.mul_(gamma), d_decayed_q.mul_(gamma)
-        d_to_end = d_k_into_state.mul(k).mul_(to_end)  # the gradient of b_C - b
+        d_to_end = d_k_into_state * k_into_state  # the gradient of b_C - b
         d_b.sub_(d_to_end)
         d_b[..., -1:, :].add_(d_to_end.sum(-2, keepdim=True) + (d_state_decay * state_decay).transpose(-1, -2))
         d_log_decay = d_b.flip(-2).cumsum_(-2).flip(-2)  # b = cumsum(g): g's gradient sums b's from its step on
