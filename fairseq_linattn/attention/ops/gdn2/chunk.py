@@ -90,7 +90,8 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, erase: Tensor, 
     def undecayed(rows: Tensor) -> Tensor:  # [A; Q] of the chunks that decay too much for Γ ⊙ [A; Q]
         return torch.cat([erase[rows] * k[rows], q[rows]], -2)
 
-    lower, scores = intra_chunk_scores_from_start(decayed, k, b, undecayed).split(chunk, -2)  # the solve reads
+    # E and P, one block of rows each (of E the solve reads only tril(E, -1))
+    lower, scores = intra_chunk_scores_from_start(decayed, k, b, undecayed).split(chunk, -2)
     out, state = solve_and_carry(lower, erase_carried, values, q_carried, scores, k_into_state, state_decay, state)
     return out.flatten(1, 2)[:, :length], state
 
