@@ -18,10 +18,14 @@ gla_scores = importlib.import_module("fairseq_linattn.attention.ops.gated_linear
 
 # log decays per key channel: mild (exp(g) mostly 0.3-0.9: the intra-chunk scores are factorised) and strong (about
 # half the gates near 1, the rest as low as exp(-30): sub-chunks decaying by hundreds, so the scores' weights are
-# formed by nested halves, and the cumulative decay over a chunk underflows: it must reach 0, never overflow)
+# formed by nested halves, and the cumulative decay over a chunk underflows: it must reach 0, never overflow), and
+# mixed (the first head strong, the others mild: in one call some chunks take their scores from the chunk's start,
+# reusing Γ ⊙ [A; Q], and the others the general paths)
 DECAYS = {
     "mild": lambda shape, dtype: F.logsigmoid(torch.randn(shape, dtype=dtype)),
     "strong": lambda shape, dtype: F.logsigmoid(torch.randn(shape, dtype=dtype) * 16 - 8).clamp(min=-30.0),
+    "mixed": lambda shape, dtype: torch.cat([DECAYS["strong"]((shape[0], 1, *shape[2:]), dtype),
+                                             DECAYS["mild"]((shape[0], shape[1] - 1, *shape[2:]), dtype)], 1),
 }
 NAMES = ("q", "k", "v", "log_decay", "erase", "write", "initial_state")
 
