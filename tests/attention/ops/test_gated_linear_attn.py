@@ -122,6 +122,8 @@ def test_score_backward_matches_autograd(sets, chunk, path, written_out, force_p
     ours = gla_scores.intra_chunk_scores(q, k, b)
     ref = gla_scores.intra_chunk_scores_autograd(q, k, b)
     assert any(name.startswith(written_out) for name in _nodes(ours))  # the written-out one, not the reference
+    path_index = [path_class.__name__ for path_class in gla_scores.PATHS].index(written_out)
+    assert gla_scores.paths_by_chunk(b).unique().tolist() == [path_index]  # and by it for every chunk
     assert_matches_reference(ours, ref, 1e-13, "scores")
     assert_grads_match_reference(ours, ref, [q, k, b], 1e-12, ["q", "k", "b"])
     if chunk == 8:  # finite differences cost one forward per input entry: the smallest chunk says enough
@@ -186,6 +188,13 @@ def test_scores_from_start_match_the_definition():
         assert torch.isfinite(ours).all()
         assert_matches_reference(ours, ref, tolerance, f"{dtype} scores")
         assert_grads_match_reference(ours, ref, leaves, tolerance, ["q", "k", "b"])
+
+
+def test_scores_reject_a_partial_query_set():
+    """Query rows that are no whole number of sets of the keys' rows are an error, not a silently shorter set."""
+    k, b = torch.randn(1, 2, 8, 4), torch.zeros(1, 2, 8, 4)
+    with pytest.raises(ValueError, match="whole number of query sets"):
+        gla_scores.intra_chunk_scores(torch.randn(1, 2, 12, 4), k, b)
 
 
 def test_scalar_decay_never_needs_the_per_dimension_scores(monkeypatch):

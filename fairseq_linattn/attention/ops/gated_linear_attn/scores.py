@@ -4,7 +4,8 @@ DeltaNet-2's and KDA's with erase vectors as the queries):
     A_ij = Σ_m q_im k_jm exp(b_im - b_jm)   for j <= i,  0 above the diagonal
 
 with b the cumulative log decays inside the chunk (nonincreasing in i). The exponent depends on m, so A is no
-(Q K^T) ⊙ weights, and the naive factorisation (Q ⊙ exp(b)) (K ⊙ exp(-b))^T overflows within a chunk. Measured
+(Q K^T) ⊙ weights, and the naive factorisation (Q ⊙ exp(b)) (K ⊙ exp(-b))^T can overflow within a chunk (it is
+safe only while the chunk decays by at most ``WHOLE_CHUNK_LIMIT`` from its start: below). Measured
 against a reference position r, q_i exp(b_i - r) and k_j exp(r - b_j) multiply to the weight; with r between j
 and i (j <= r <= i) both factors are <= 1, nothing can overflow, and the product is exact in floating point
 whatever the decay. Three ways of choosing r, each chunk taking the cheapest that is exact for its decays
@@ -47,6 +48,9 @@ def intra_chunk_scores(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
 
     Each chunk takes its own path (:func:`paths_by_chunk`): a strongly gated head (a few of them are in a model with
     Mamba-2's decay initialisation) does not send every other chunk the slower way."""
+    if q.size(-2) % k.size(-2):
+        raise ValueError(f"q's rows per chunk ({q.size(-2)}) must be a whole number of query sets of the keys' "
+                         f"{k.size(-2)}")
     path = paths_by_chunk(b)
     used = path.unique().tolist()  # one host sync
     if len(used) == 1:
@@ -73,11 +77,11 @@ def intra_chunk_scores_from_start(decayed: Tensor, k: Tensor, b: Tensor, undecay
     """:func:`intra_chunk_scores` for a caller that has the queries decayed from each chunk's start already,
     ``decayed`` = q ⊙ exp(b) (the queries of its products with the state entering the chunk; stacked sets as there):
     measured against r = 0, the chunk's start, the keys take exp(-b) and the queries nothing more, one product per
-    chunk (:class:`_FromStartScores`). Exact where the chunk's whole decay from its start (-b at its last position)
-    is at most ``WHOLE_CHUNK_LIMIT``; the other chunks (a boolean ``N x chunks`` mask) go by
+    chunk (:class:`_FromStartScores`). Exact where the chunk's whole decay from its start (-b at its last position,
+    the least b for decays <= 0) is at most ``WHOLE_CHUNK_LIMIT``; the other chunks (a boolean ``N x chunks`` mask) go by
     :func:`intra_chunk_scores` on ``undecayed(mask)``, their queries as they were (exp(b) there may underflow)."""
-    from_start = b[..., -1, :].amin(-1) >= -WHOLE_CHUNK_LIMIT
-    if bool(from_start.all()):  # one host sync
+    from_start = b.amin((-2, -1)) >= -WHOLE_CHUNK_LIMIT  # exp(-b) <= exp(WHOLE_CHUNK_LIMIT) everywhere in the chunk
+    if bool(from_start.all()):  # one host sync in the usual case
         return _FromStartScores.apply(decayed, k, b)
     out = decayed.new_empty(*decayed.shape[:-1], k.size(-2))
     if bool(from_start.any()):

@@ -18,8 +18,8 @@ E and P are GLA's intra-chunk scores with a decay per key dimension (the exponen
 :mod:`..gated_linear_attn.scores` forms them exactly for any decay. A chunk that decays by at most
 ``WHOLE_CHUNK_LIMIT`` from its start (the usual case) takes both as one product (Γ ⊙ [A; Q]) (K ⊙ exp(-b))^T,
 of the rows the solve needs anyway; a chunk that decays more (the keys' factor would overflow) goes by the
-cheapest of the general paths. Every other weight is exp of a nonpositive number (γ, exp(b_C - b)), nothing is
-divided by a decay, so any decay is stable: weights underflow to 0, correctly.
+cheapest of the general paths. Every other weight is exp of a nonpositive number (γ, exp(b_C - b)); outside those
+bounded key factors nothing is divided by a decay, so any decay is stable: weights underflow to 0, correctly.
 The solve and the loop over chunks are the delta rule's (:func:`..delta_rule.utils.solve_and_carry`); the element-wise
 inputs of both, one node (:class:`_ChunkInputs`; its first form cost 11% less CPU time for the op's forward +
 backward than the same products left to autograd, at n = 4096 on one thread).
