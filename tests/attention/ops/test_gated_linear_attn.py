@@ -166,11 +166,13 @@ def test_scores_from_start_match_the_definition():
     """Queries decayed from each chunk's start (q ⊙ exp(b), as gdn2 forms them, two sets stacked): one product for
     the chunks whose whole decay from their start is at most WHOLE_CHUNK_LIMIT; the others (one decaying by 77.5
     within, one by 62 in its first step alone, which the usual whole-chunk path would take) by the general scores on
-    the undecayed queries. Scores and the gradients of q, k and b against the definition, float64 and float32."""
+    the undecayed queries; one chunk decays by 59, just inside the limit, and is taken from its start. Scores and
+    the gradients of q, k and b against the definition, float64 and float32."""
     n, chunks, c, m = 2, 3, 32, 4
     g = F.logsigmoid(torch.randn(n, chunks, c, m, dtype=torch.float64)) / 4
     g[0, 1, :, 2] = -2.5
     g[1, 2, 0, 1] = -62.0
+    g[0, 0, :, 3] = -59.0 / c  # just inside the limit: key factors up to exp(59), queries' down to exp(-59)
     b64 = g.cumsum(-2)
     q64, k64 = torch.randn(n, chunks, 2 * c, m, dtype=torch.float64), torch.randn(n, chunks, c, m, dtype=torch.float64)
     for dtype, tolerance in ((torch.float64, 1e-12), (torch.float32, 1e-4)):
