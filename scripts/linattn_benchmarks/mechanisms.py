@@ -36,7 +36,7 @@ from .causal_op import forward_backward, rss_added
 from .lm_training import Trainer, build_case, config, make_sample
 from .machine import machine_line
 from .report import fmt_mb, fmt_ms, fmt_x, log_axes, md_table, pyplot, titled
-from .runner import Benchmark, entry_point, measured, positive_ints
+from .runner import Benchmark, entry_point, measured, names_among, positive_ints
 
 BASELINE = KERNEL_ATTENTION
 CLASSES = {KERNEL_ATTENTION: KernelAttention, **linear_attentions()}  # the registry: nothing to list here
@@ -105,7 +105,7 @@ class MechanismsBenchmark(Benchmark):
 
     def add_args(self, parser):
         parser.add_argument("--lengths", type=positive_ints, default="1024,2048,4096")
-        parser.add_argument("--parts", default=",".join(PARTS), help="op,step or one of them")
+        parser.add_argument("--parts", type=names_among(PARTS), default=list(PARTS), help="op,step or one of them")
         parser.add_argument("--within", type=float, default=2.0,
                             help="verdict: a mechanism's op and step time at most this multiple of kernel attention's")
         group = parser.add_argument_group("op part")
@@ -121,11 +121,7 @@ class MechanismsBenchmark(Benchmark):
         # the model's heads: --heads (8) as well
 
     def points(self, args):
-        parts = [p for p in args.parts.split(",") if p]
-        unknown = set(parts) - set(PARTS)
-        if unknown:
-            raise SystemExit(f"--parts: unknown {sorted(unknown)}; choose from {PARTS}")
-        return [{"part": part, "n": n} for part in PARTS if part in parts for n in args.lengths]
+        return [{"part": part, "n": n} for part in PARTS if part in args.parts for n in args.lengths]
 
     def cases(self, args, point, history):
         n, kw = point["n"], vars(args)
