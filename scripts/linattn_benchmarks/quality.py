@@ -41,6 +41,7 @@ from .fairseq_runs import (
     USER_DIR,
     CorpusData,
     fairseq,
+    gdn2_starts,
     last,
     parameter_count,
     perplexity_by_position,
@@ -98,11 +99,10 @@ PAST_LENGTH = {f"{name}-nopos": (name, ["--no-token-positional-embeddings"]) for
 PAST_LENGTH["gated-delta-nopos-carried"] = ("gated-delta", ["--no-token-positional-embeddings", "--train-state", "carried"])
 # gdn2 started as KDA (erase = write, a decay per key channel) or with every row its own, not as Gated DeltaNet
 # (--gdn2-start; --models picks them)
-_GDN2 = linear_attentions()["gdn2"]
-GDN2_STARTS = {f"gdn2-{start}-start": ("gdn2", ["--gdn2-start", start])
-               for start in _GDN2.STARTS if start != _GDN2.DEFAULT_START}
+GDN2_STARTS = gdn2_starts()
 LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", mechanism, *extra])
-                  for name, (mechanism, extra) in {**BARE, **PAST_LENGTH, **GDN2_STARTS}.items()})
+                  for name, (mechanism, extra) in {**BARE, **PAST_LENGTH}.items()})
+LM_MODELS.update({name: ("linear_transformer_lm", options) for name, options in GDN2_STARTS.items()})
 # hybrid stacks (Qwen3-Next, Kimi Linear: three recurrent layers to one softmax), the softmax layer full or a sliding
 # window of 64 tokens (n/4 at the default scale); a layout is repeated to the depth: give them 4k layers (--layers 4)
 HYBRIDS = {f"hybrid-{name}": ("linear_transformer_lm", ["--linear-attention", ",".join([name] * 3 + ["softmax"])])
@@ -344,8 +344,12 @@ class QualityBenchmark(Study):
                             help="the Linformer length part's k at every n (default: the scale's)")
         parser.add_argument("--layers", type=positive_int, default=None,
                             help="every model's layers (default: the scale's; the hybrids' layout needs a multiple of 4)")
+        parser.add_argument("--dim", type=positive_int, default=None,
+                            help="every model's width (default: the scale's; FFN 4x, heads the scale's)")
         parser.add_argument("--mlm-updates", type=positive_int, default=None,
                             help="the masked LMs' updates (default: the scale's; its learning-rate schedule follows)")
+        parser.add_argument("--lm-updates", type=positive_int, default=None,
+                            help="the causal LMs' updates (default: the scale's; its learning-rate schedule follows)")
         parser.add_argument("--extrapolation", type=positive_int, default=None,
                             help="the extrapolation part evaluates over this many training lengths (default: the "
                                  "scale's, 4); perplexity by position in ranges of n/2")
@@ -354,8 +358,9 @@ class QualityBenchmark(Study):
     def scale(args) -> Scale:
         scale = replace(SCALES["quick" if args.quick else args.scale], seed=args.seed)
         return replace(scale, lengths=tuple(args.lengths or scale.lengths), fixed_k=args.fixed_k or scale.fixed_k,
-                       layers=args.layers or scale.layers, extrapolation=args.extrapolation or scale.extrapolation,
-                       mlm_updates=args.mlm_updates or scale.mlm_updates,
+                       layers=args.layers or scale.layers, dim=args.dim or scale.dim,
+                       extrapolation=args.extrapolation or scale.extrapolation,
+                       mlm_updates=args.mlm_updates or scale.mlm_updates, lm_updates=args.lm_updates or scale.lm_updates,
                        # ranges of n/2 positions at any length, as the default 4x in 8
                        buckets=2 * args.extrapolation if args.extrapolation else scale.buckets)
 
@@ -365,6 +370,8 @@ class QualityBenchmark(Study):
         if short:
             return (f"--fixed-k {s.fixed_k} is not below n = {short[0]} (--lengths {','.join(map(str, s.lengths))}): "
                     "give lengths above k, or a smaller k")
+        if s.dim % s.heads:
+            return f"--dim {s.dim} is not a multiple of the scale's {s.heads} heads: give a multiple of {s.heads}"
         return no_gpu_for(args, SCALES)
 
     def measure(self, args, data):

@@ -24,14 +24,13 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_linattn.attention.recurrent_state import linear_attentions
 
-from .fairseq_runs import USER_DIR, fairseq, parameter_count, say, seconds_per_update, train_seconds
+from .fairseq_runs import USER_DIR, fairseq, gdn2_starts, parameter_count, say, seconds_per_update, train_seconds
 from .machine import machine_line
 from .report import md_table, pyplot, titled
 from .runner import ROOT, Study, entry_point, existing_file, names_among, positive_floats, positive_int, positive_ints
 
 SOFTMAX = "softmax"
 GATED = tuple(sorted(linear_attentions()))  # --linear-attention's mechanisms with a decay, gate or delta rule
-_GDN2 = linear_attentions()["gdn2"]
 MODELS: Dict[str, Tuple[str, List[str]]] = {
     SOFTMAX: ("transformer_lm", []),
     # softmax given the short convolution the recurrent mechanisms have (and their output gate): what those buy
@@ -54,10 +53,8 @@ MODELS: Dict[str, Tuple[str, List[str]]] = {
     "gated-delta-noconv": ("linear_transformer_lm", ["--linear-attention", "gated-delta", "--short-conv", "0"]),
     # a hybrid layout at the protocol's two layers: a gated-delta layer, then a softmax one (with its convolution)
     "gated-delta+softmax": ("linear_transformer_lm", ["--linear-attention", "gated-delta,softmax"]),
-    # gdn2 started as KDA (one β per head, a decay per key channel) or with every row on its own, not as Gated
-    # DeltaNet (--gdn2-start: fairseq_linattn/attention/mechanisms/gdn2.py)
-    **{f"gdn2-{start}-start": ("linear_transformer_lm", ["--linear-attention", "gdn2", "--gdn2-start", start])
-       for start in _GDN2.STARTS if start != _GDN2.DEFAULT_START},
+    # gdn2 started as KDA or with every row on its own, not as Gated DeltaNet
+    **{name: ("linear_transformer_lm", options) for name, options in gdn2_starts().items()},
     # gdn2 with gated-delta's FFN (FFN_AS): more parameters than the others; whether what gdn2 loses at small widths
     # is the FFN its three channel-wise projections cost at equal parameters
     "gdn2-wide-ffn": ("linear_transformer_lm", ["--linear-attention", "gdn2"]),

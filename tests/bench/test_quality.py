@@ -54,6 +54,17 @@ def test_the_mechanism_study_takes_depth_length_and_hybrids_from_the_command_lin
     assert "error: --models hybrid-kda-nopos is a 3:1 layout" in capsys.readouterr().err
 
 
+def test_the_mechanism_study_takes_width_and_updates_from_the_command_line(capsys):
+    # Issue "Why the linear models win": the causal-LM studies at 4 layers, d = 256, 1,000 updates
+    args = parse_args(MechanismQualityBenchmark(), ["--layers", "4", "--dim", "256", "--lm-updates", "1000"])
+    scale = MechanismQualityBenchmark.scale(args)
+    assert (scale.layers, scale.dim, scale.ffn, scale.lm_updates, scale.heads) == (4, 256, 1024, 1000, 4)
+    assert scale.mlm_updates == MechanismQualityBenchmark.scale(parse_args(MechanismQualityBenchmark(), [])).mlm_updates
+    with pytest.raises(SystemExit):  # heads of unequal width: one argparse error line, before any data is made
+        parse_args(MechanismQualityBenchmark(), ["--dim", "250"])
+    assert "error: --dim 250 is not a multiple of the scale's 4 heads: give a multiple of 4" in capsys.readouterr().err
+
+
 def test_the_hybrids_without_positions_are_the_hybrids_with_one_option_more():
     for name in ("hybrid-kda", "hybrid-gated-delta"):
         arch, extra = HYBRIDS[f"{name}-nopos"]

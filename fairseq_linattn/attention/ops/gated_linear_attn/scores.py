@@ -116,7 +116,7 @@ class _WholeChunkScores(torch.autograd.Function):
         first = b[..., :1, :]
         q_factors, k_factors = torch.exp(b - first), torch.exp(first - b)
         sets = q.size(-2) // k.size(-2)
-        q_scaled = _per_set(q, sets).mul(q_factors.unsqueeze(-3)).flatten(-3, -2)
+        q_scaled = per_set(q, sets).mul(q_factors.unsqueeze(-3)).flatten(-3, -2)
         k_scaled = k * k_factors
         future = _above_diagonal(b.size(-2), b.device).repeat(sets, 1)
         out = torch.matmul(q_scaled, k_scaled.transpose(-1, -2)).masked_fill_(future, 0.0)
@@ -131,10 +131,10 @@ class _WholeChunkScores(torch.autograd.Function):
         sets = q.size(-2) // k.size(-2)
         d_out = d_out.masked_fill(ctx.future, 0.0)
         d_q = torch.matmul(d_out, k_scaled)
-        _per_set(d_q, sets).mul_(q_factors.unsqueeze(-3))
+        per_set(d_q, sets).mul_(q_factors.unsqueeze(-3))
         d_k = torch.matmul(d_out.transpose(-1, -2), q_scaled).mul_(k_factors)  # all sets in one product
         d_b = torch.mul(q, d_q)
-        d_b = (d_b if sets == 1 else _per_set(d_b, sets).sum(-3)) - k * d_k
+        d_b = (d_b if sets == 1 else per_set(d_b, sets).sum(-3)) - k * d_k
         return d_q, d_k, d_b
 
 
@@ -163,7 +163,7 @@ class _FromStartScores(torch.autograd.Function):
         return torch.matmul(d_out, k_scaled), d_k, torch.mul(k, d_k).neg_()
 
 
-def _per_set(x: Tensor, sets: int) -> Tensor:
+def per_set(x: Tensor, sets: int) -> Tensor:
     """``... x G·C x F`` -> the view ``... x G x C x F``: the stacked query sets apart."""
     return x.unflatten(-2, (sets, -1))
 
@@ -306,6 +306,6 @@ def intra_chunk_scores_autograd(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
     every pair (C x C x M per chunk: for tests), the future masked, each stacked query set against the keys. The
     reference the paths are tested against (tests/attention/ops/test_gated_linear_attn.py)."""
     diff = (b.unsqueeze(-2) - b.unsqueeze(-3)).clamp(max=0)  # ... x C(i) x C(j) x M
-    by_set = _per_set(q, q.size(-2) // k.size(-2))
+    by_set = per_set(q, q.size(-2) // k.size(-2))
     out = torch.einsum("...gim,...jm,...ijm->...gij", by_set, k, torch.exp(diff))
     return out.masked_fill(_above_diagonal(b.size(-2), b.device), 0.0).flatten(-3, -2)

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from ..delta_rule.utils import in_chunks, solve_and_carry
-from ..gated_linear_attn.scores import SUB_CHUNK, intra_chunk_scores_from_start
+from ..gated_linear_attn.scores import SUB_CHUNK, intra_chunk_scores_from_start, per_set
 from ..linear_attn.utils import matrix_state
 from .utils import check_gdn2_inputs
 
@@ -127,9 +127,9 @@ class _ChunkInputs(torch.autograd.Function):
         # (an output nobody used arrives as zeros: autograd materialises them for a Function)
         q, k, v, erase, write, decayed, gamma, to_end, k_into_state, state_decay = ctx.saved_tensors
         # the gradients of Γ ⊙ A and Γ ⊙ Q: through the stacked rows and through the halves
-        d_decayed_erase, d_decayed_q = (d + d_half for d, d_half in zip(_sets(d_decayed).unbind(-3),
+        d_decayed_erase, d_decayed_q = (d + d_half for d, d_half in zip(per_set(d_decayed, 2).unbind(-3),
                                                                          (d_erase_carried, d_q_carried)))
-        decayed_erase, decayed_q = _sets(decayed).unbind(-3)
+        decayed_erase, decayed_q = per_set(decayed, 2).unbind(-3)
         d_b = torch.addcmul(d_b, d_decayed_erase, decayed_erase).addcmul_(d_decayed_q, decayed_q)  # Γ's own, in b
         d_erase_keys, d_q = d_decayed_erase.mul_(gamma), d_decayed_q.mul_(gamma)
         d_to_end = d_k_into_state * k_into_state  # the gradient of b_C - b
@@ -138,8 +138,3 @@ class _ChunkInputs(torch.autograd.Function):
         d_log_decay = d_b.flip(-2).cumsum_(-2).flip(-2)  # b = cumsum(g): g's gradient sums b's from its step on
         d_k = torch.mul(d_erase_keys, erase).addcmul_(d_k_into_state, to_end)
         return d_q, d_k, d_values * write, d_log_decay, d_erase_keys.mul_(k), d_values * v
-
-
-def _sets(x: Tensor) -> Tensor:
-    """``... x 2C x F`` -> the view ``... x 2 x C x F``: the erase rows and the queries apart."""
-    return x.unflatten(-2, (2, -1))
