@@ -171,7 +171,8 @@ KERNEL_FLAGS = {
                        choices=sorted(DECAY_INITS)),
     "gdn2_start": Flag(_GDN2.DEFAULT_START, str, "gdn2's gates at initialisation, by the mechanism it then computes: "
                        "gated-delta (one β, erase = write, and one decay per head), kda (one β per head, a decay per "
-                       "key channel) or random (every channel's own rows); docs/recall.md",
+                       "key channel), head-decay (one decay per head; erase and write per channel) or random (every channel's "
+                       "own rows); docs/recall.md",
                        choices=sorted(_GDN2.STARTS)),
     "softmax_window": Flag(0, int, f"the {SOFTMAX_ATTENTION} layers' sliding window: each position sees the last W "
                            "(itself included), training in O(n W), decoding with a W-token cache; 0: every earlier one"),

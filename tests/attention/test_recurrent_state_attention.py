@@ -236,7 +236,7 @@ def test_gdn2_starts_as_gated_deltanet():
 
 
 @pytest.mark.parametrize("start,tied", [("gated-delta", {"erase", "write", "decay"}), ("kda", {"erase", "write"}),
-                                        ("random", set())])
+                                        ("head-decay", {"decay"}), ("random", set())])
 def test_gdn2_start_ties_the_gates_it_names_and_draws_the_rest_alike(start, tied):
     """--gdn2-start reaches the layer: within each head the erase and write gates (equal to each other) and the
     decay are one value per head exactly where the start ties them, per channel elsewhere; every start draws the

@@ -10,7 +10,8 @@ channel (how much of v_t is written). b = w = β is KDA; with one decay per head
 
 What it starts as (``--gdn2-start``): ``gated-delta`` (the default) ties each head's erase and write rows into one
 β (the write projection a copy of the erase one) and its decay rows into one rate; ``kda`` ties only erase and
-write (one β per head, a decay per key channel, as Kimi Delta Attention); ``random`` draws every row on its own.
+write (one β per head, a decay per key channel, as Kimi Delta Attention); ``head-decay``, the converse, ties only
+the decay (one per head; erase and write per channel, apart); ``random`` draws every row on its own.
 Training unties them either way. Measured on recall (docs/recall.md): at d_model 64 the random start learned it
 later (0.26 against 0.45 at 1,500 updates, three seeds), at 128 sooner (0.99 against 0.91, two): the tied start
 is kept for its recall at 64 and its perplexity (2.8% lower, one seed), at a cost at 128. The kda start lies
@@ -38,7 +39,8 @@ class GatedDeltaNet2Attention(DeltaNetAttention):
     MAMBA2_DECAY = True
     OPTIONS = ("gdn2_start",)
     # --gdn2-start: the gates tied within each head at initialisation, by the mechanism it then computes
-    STARTS = {"gated-delta": ("erase = write", "decay"), "kda": ("erase = write",), "random": ()}
+    STARTS = {"gated-delta": ("erase = write", "decay"), "kda": ("erase = write",), "head-decay": ("decay",),
+              "random": ()}
     DEFAULT_START = "gated-delta"
 
     def __init__(self, embed_dim: int, num_heads: int, gdn2_start: str = DEFAULT_START, **options):
