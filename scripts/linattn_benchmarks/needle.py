@@ -32,11 +32,11 @@ from typing import Dict, List
 
 import torch
 
-from .fairseq_runs import prepare_corpus, say
+from .fairseq_runs import CorpusData, prepare_corpus, say
 from .machine import machine_line
 from .quality import LM_MODELS, MECHANISM_MODELS, SCALES, SOFTMAX_LM, Quality
 from .report import md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point, names_among, no_gpu_for, positive_int, positive_ints
+from .runner import ROOT, Study, entry_point, existing_dir, names_among, no_gpu_for, positive_int, positive_ints
 
 INSTRUCTION = ("A special magic number is hidden within the following text. Make sure to memorize it. I will quiz "
                "you about the number afterwards.")
@@ -137,25 +137,61 @@ class NeedleBenchmark(Study):
         parser.add_argument("--models", type=names_among(MECHANISM_MODELS), default=None,
                             help=f"some of the LMs, comma-separated (default: all of {', '.join(MECHANISM_MODELS)})")
         parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "needle"))
+        parser.add_argument("--lms-from", type=existing_dir, default=None, metavar="DIR",
+                            help="a quality study's work folder with its scale's subfolder (e.g. "
+                                 "runs/quality_mechanisms/default): score the causal LMs it trained instead of "
+                                 "training them (--models: some of them; their shapes are read from the checkpoints)")
 
     def problem(self, args) -> str:
+        if args.lms_from:
+            missing = [path for path in ("data-bin/dict.txt", "data-bin/sentencepiece.bpe.model", "corpus/test.txt")
+                       if not (Path(args.lms_from) / path).exists()]
+            if missing:
+                return (f"--lms-from {args.lms_from} is not a quality study's work folder (no {missing[0]}): give "
+                        "its --work-dir with the scale's subfolder, e.g. runs/quality_mechanisms/default")
+            held = self.held(args)
+            absent = [name for name in args.models or () if name not in held]
+            if absent or not held:
+                return (f"--lms-from {args.lms_from} holds no finished {absent[0] if absent else 'LM of the study'}: "
+                        f"train it there (bench_quality_mechanisms.py --models ... --work-dir {Path(args.lms_from).parent}), "
+                        f"or pick --models among what it holds ({', '.join(held) or 'none'})")
         return no_gpu_for(args, SCALES)
 
+    def held(self, args) -> List[str]:
+        """With --lms-from, the LMs to score that the folder holds: --models', else the scale's mechanism models'."""
+        study = Quality(Path(args.lms_from), self.scale(args), None)
+        return [name for name in args.models or self.scale(args).mechanism_models if self.finished(study, name)]
+
+    @staticmethod
+    def finished(study: Quality, name: str) -> bool:
+        try:
+            return bool(study.trained_language_model(name))
+        except FileNotFoundError:
+            return False
+
+    @staticmethod
+    def scale(args):
+        return SCALES["quick" if args.quick else args.scale]
+
     def measure(self, args, data):
-        scale = SCALES["quick" if args.quick else args.scale]
-        work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
+        scale = self.scale(args)
         multiples = args.multiples
         depths = [i / args.depths for i in range(args.depths)]
         started = time.time()
-        corpus = prepare_corpus(work, scale.corpus_chars, scale.vocab)
+        if args.lms_from:  # an earlier quality study's LMs, its corpus and vocabulary
+            work = Path(args.lms_from)
+            corpus = CorpusData(lm=work / "data-bin", cls=work / "glue", summary=None)
+        else:
+            work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
+            corpus = prepare_corpus(work, scale.corpus_chars, scale.vocab)
         study = Quality(work, scale, corpus, prefix="needle")
         text = " ".join((Path(corpus.lm).parent / "corpus" / "test.txt").read_text().split())
         out = data.setdefault("study", {"scale": asdict(scale), "multiples": multiples, "depths": depths,
-                                        "models": {}})
-        for name in args.models or scale.mechanism_models:
-            run = study.language_model(name)
-            scores = self.retrieve(LM_MODELS[name][0], run, corpus, text, scale.lm_tokens, multiples, depths)
-            out["models"][name] = {"params": run["params"], "test_ppl": run["test_ppl"], "by_depth": scores}
+                                        "models": {}, "lms_from": args.lms_from})
+        for name in (self.held(args) if args.lms_from else args.models or scale.mechanism_models):
+            run = study.trained_language_model(name) if args.lms_from else study.language_model(name)
+            scores, shape = self.retrieve(LM_MODELS[name][0], run, corpus, text, scale.lm_tokens, multiples, depths)
+            out["models"][name] = {"params": run["params"], "test_ppl": run["test_ppl"], "by_depth": scores, **shape}
             say(f"   {name}: " + "; ".join(f"{h} " + ", ".join(
                 f"{m}x {mean(e):.2f} (gain {mean(g):+.2f})" for m, e, g in zip(multiples, scores["exact"][h],
                                                                                 scores["gain"][h]))
@@ -166,7 +202,7 @@ class NeedleBenchmark(Study):
     @staticmethod
     def retrieve(arch: str, run: Dict, corpus, text: str, n: int, multiples: List[int], depths: List[float]) -> Dict:
         """Scores of one trained LM of ``arch`` at each haystack, multiple of n and depth: {score: {haystack:
-        [[one per depth] per multiple]}} for the scores of :data:`SCORES`."""
+        [[one per depth] per multiple]}} for the scores of :data:`SCORES`; and its layers and width."""
         from fairseq.models import ARCH_MODEL_REGISTRY
         from omegaconf import open_dict
 
@@ -177,6 +213,8 @@ class NeedleBenchmark(Study):
                                          bpe="sentencepiece").eval()  # fairseq's transformer_lm has no default
         with open_dict(lm.cfg.dataset):
             lm.cfg.dataset.batch_size, lm.cfg.dataset.max_tokens = len(depths), None
+        decoder = lm.models[0].decoder
+        shape = {"layers": len(decoder.layers), "dim": decoder.embed_dim}  # as trained, whatever the scale says
         prompts, rng = Prompts(lm, text), random.Random(0)
         scores = {score: {h: [] for h in HAYSTACKS} for score in SCORES}
         for haystack in HAYSTACKS:
@@ -196,7 +234,7 @@ class NeedleBenchmark(Study):
                 hidden_ids = [prompts.ids(f" {hidden}") for _, hidden, _, _ in trials]
                 read, guessed = answer_log_probs(lm, batch, hidden_ids), answer_log_probs(lm, decoys, hidden_ids)
                 scores["gain"][haystack].append([a - b for a, b in zip(read, guessed)])
-        return scores
+        return scores, shape
 
     def render(self, data):
         study = data["study"]
@@ -206,7 +244,9 @@ class NeedleBenchmark(Study):
                  f"{machine_line(data['machine'], data['load_start'], data['load_end'])}.", "",
                  f"The quality study's causal LMs (trained on {n}-token samples; its budget, and its parameter "
                  "rule: an output-gated model's FFN is d/2 narrower, which leaves a model with more gate weights "
-                 "larger: see the parameters); "
+                 f"larger: see the parameters; {shapes(models)}"
+                 + (f", trained by an earlier run of the study in {study['lms_from']}" if study.get("lms_from") else "")
+                 + "); "
                  f"prompts of {', '.join(f'{m}x' for m in multiples)} that length with the needle at "
                  f"{len(study['depths'])} depths each; greedy decoding through the hub's generate (the recurrent "
                  "models as RNNs). `filler`: RULER's S-NIAH-1 (repeated filler); `text`: S-NIAH-2 (the corpus's "
@@ -262,6 +302,12 @@ class NeedleBenchmark(Study):
             axes[row][0].set_ylabel(label)
         axes[0][-1].legend(fontsize=7)
         return titled(fig, "needle retrieval", data)
+
+
+def shapes(models: Dict) -> str:
+    """The models' layers and widths as read from their checkpoints (older results: not recorded)."""
+    found = sorted({(m["layers"], m["dim"]) for m in models.values() if "layers" in m})
+    return "; ".join(f"{layers} layers, d={dim}" for layers, dim in found) or "shapes not recorded"
 
 
 def mean(xs: List[float]) -> float:

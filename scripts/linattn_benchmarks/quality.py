@@ -207,7 +207,7 @@ class Quality:
         if key in self.runs:
             return self.runs[key]
         s = self.s
-        save = self.work / "checkpoints" / "-".join(str(k).replace("/", "_").replace(" ", "_") for k in key)
+        save = self.save_dir(key)
         validate_every, log_path = max(1, updates // s.validations), self.work / "logs" / f"train-{save.name}.log"
         # the best checkpoint of every validation, or (keep_best False) validations on the update schedule only
         # (a validation at each epoch's end costs the small corpus's many epochs dearly) and one save at the end
@@ -226,6 +226,25 @@ class Quality:
             f"{run['params']:,} parameters, last validation {metric} {run['curve'][-1][1] if run['curve'] else '-'}",
             self.prefix)
         return run
+
+    def save_dir(self, key: tuple) -> Path:
+        return self.work / "checkpoints" / "-".join(str(k).replace("/", "_").replace(" ", "_") for k in key)
+
+    def trained_language_model(self, name: str) -> Dict:
+        """The causal LM ``name`` as an earlier run of the study left it in this work folder (its best checkpoint,
+        training log and test perplexity), without training anything; FileNotFoundError naming what is missing."""
+        arch, extra = LM_MODELS[name]
+        n = self.s.lm_tokens
+        save = self.save_dir(("lm", arch, n, *extra))
+        log_path = self.work / "logs" / f"train-{save.name}.log"
+        eval_log = self.work / "logs" / f"eval-lm-{save.name}-{n}-{n // 2}.log"
+        missing = [str(path) for path in (save / "checkpoint_best.pt", log_path, eval_log) if not path.exists()]
+        if missing:
+            raise FileNotFoundError(f"{self.work} holds no finished {name} trained on {n}-token samples (missing "
+                                    f"{', '.join(missing)})")
+        return {"save": save, "best": save / "checkpoint_best.pt", "log": log_path,
+                "params": parameter_count(log_path.read_text(errors="replace")),
+                "test_ppl": last(r"Perplexity: ([0-9.]+)", eval_log.read_text(errors="replace"))}
 
     def training_dropout(self) -> List:
         s = self.s

@@ -163,6 +163,13 @@ def existing_file(text: str) -> str:
     return text
 
 
+def existing_dir(text: str) -> str:
+    """An argparse ``type``: a path to a folder that is there."""
+    if not os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text} is not a folder")
+    return text
+
+
 def names_among(known) -> Callable[[str], List[str]]:
     """An argparse ``type``: comma-separated names, each one of ``known`` (read when the command line is parsed)."""
     def parse(text: str) -> List[str]:

@@ -11,6 +11,7 @@ from linattn_benchmarks.needle import (
     FILLER,
     INSTRUCTION,
     SCORES,
+    NeedleBenchmark,
     Prompts,
     digits_right,
     first_number,
@@ -18,7 +19,7 @@ from linattn_benchmarks.needle import (
     needle,
     question,
 )
-from linattn_benchmarks.runner import ROOT
+from linattn_benchmarks.runner import ROOT, parse_args
 
 
 class WordLM:
@@ -75,6 +76,22 @@ def test_depths_fall_in_quarters_in_order():
     assert in_quarters(list(range(20))) == [list(range(q * 5, q * 5 + 5)) for q in range(4)]
 
 
+def test_lms_from_must_be_a_study_folder_holding_the_models(tmp_path, capsys):
+    with pytest.raises(SystemExit):  # one argparse error line each, before anything loads
+        parse_args(NeedleBenchmark(), ["--lms-from", str(tmp_path / "nowhere")])
+    assert "error: argument --lms-from: " in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(NeedleBenchmark(), ["--lms-from", str(tmp_path)])
+    assert f"error: --lms-from {tmp_path} is not a quality study's work folder (no data-bin/dict.txt)" in (
+        capsys.readouterr().err)
+    for path in ("data-bin/dict.txt", "data-bin/sentencepiece.bpe.model", "corpus/test.txt"):
+        (tmp_path / path).parent.mkdir(exist_ok=True)
+        (tmp_path / path).write_text("")
+    with pytest.raises(SystemExit):  # a study folder, but no finished gated-delta in it
+        parse_args(NeedleBenchmark(), ["--lms-from", str(tmp_path), "--models", "gated-delta"])
+    assert f"error: --lms-from {tmp_path} holds no finished gated-delta: train it there" in capsys.readouterr().err
+
+
 @pytest.mark.slow
 def test_quick_run_writes_the_table(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -94,3 +111,16 @@ def test_quick_run_writes_the_table(tmp_path):
                 assert bounded and all(x == x for d in per_multiple for x in d)  # no NaN
     table = (tmp_path / "needle.md").read_text()
     assert table.count("| transformer_lm |") == 4 and "Gain by depth" in table and (tmp_path / "needle.png").exists()
+    # the same LMs scored again from the study's folder (--lms-from): nothing trained, the same numbers
+    again = tmp_path / "again"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_needle.py"), "--quick", "--out",
+                           str(again), "--lms-from", str(tmp_path / "work" / "quick")], capture_output=True, text=True,
+                          env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "fairseq-train" not in proc.stdout and "updates in" not in proc.stdout
+    rescored = json.loads((again / "needle.json").read_text())["study"]["models"]
+    assert list(rescored) == list(study["models"])
+    for name, model in rescored.items():
+        assert {key: model[key] for key in ("params", "test_ppl", "by_depth", "layers", "dim")} == {
+            key: study["models"][name][key] for key in ("params", "test_ppl", "by_depth", "layers", "dim")}
+    assert "1 layers, d=32" in (again / "needle.md").read_text()
