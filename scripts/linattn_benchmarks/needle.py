@@ -28,7 +28,7 @@ import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
@@ -158,7 +158,7 @@ class NeedleBenchmark(Study):
         return no_gpu_for(args, SCALES)
 
     def held(self, args) -> List[str]:
-        """With --lms-from, the LMs to score that the folder holds: --models', else the scale's mechanism models'."""
+        """With --lms-from, the LMs to score that the folder holds: of --models, else of the scale's mechanism models."""
         study = Quality(Path(args.lms_from), self.scale(args), None)
         return [name for name in args.models or self.scale(args).mechanism_models if self.finished(study, name)]
 
@@ -200,7 +200,8 @@ class NeedleBenchmark(Study):
         data["results"] = [{"case": name} for name in out["models"]]
 
     @staticmethod
-    def retrieve(arch: str, run: Dict, corpus, text: str, n: int, multiples: List[int], depths: List[float]) -> Dict:
+    def retrieve(arch: str, run: Dict, corpus, text: str, n: int, multiples: List[int], depths: List[float]
+                 ) -> Tuple[Dict, Dict]:
         """Scores of one trained LM of ``arch`` at each haystack, multiple of n and depth: {score: {haystack:
         [[one per depth] per multiple]}} for the scores of :data:`SCORES`; and its layers and width."""
         from fairseq.models import ARCH_MODEL_REGISTRY
