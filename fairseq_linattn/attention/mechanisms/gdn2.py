@@ -16,7 +16,8 @@ Training unties them either way. Measured on recall (docs/recall.md): at d_model
 later (0.26 against 0.45 at 1,500 updates, three seeds), at 128 sooner (0.99 against 0.91, two): the tied start
 is kept for its recall at 64 and its perplexity (2.8% lower, one seed), at a cost at 128. The kda start lies
 between at both widths (0.31 at 64, three seeds; 0.97 at 128, two; tied 0.45 and 0.91 on the same seeds), and
-its perplexity is 3.4% above the tied start's (one seed).
+its perplexity is 3.4% above the tied start's (one seed); the head-decay start (one seed) is the best at 64 (0.43)
+and the worst at 128 (0.77): the decay's tying is what helps at 64 and hurts at 128.
 
 Queries and keys as in :mod:`.delta` (SiLU, L2 norms, queries scaled by head_dim^-0.5). The ops (chunked by the
 WY/UT transform with GLA's sub-chunked scores, and the recurrent step) are in :mod:`..ops.gdn2`.
