@@ -20,13 +20,6 @@ from fairseq_linattn.cli import forkserver
 
 USER_DIR = Path(__file__).resolve().parents[2] / "fairseq_linattn"  # the plugin's package folder
 
-
-def gdn2_starts() -> Dict[str, List[str]]:
-    """gdn2 started as KDA (one β per head, a decay per key channel) or with every row on its own, not as Gated
-    DeltaNet (--gdn2-start: fairseq_linattn/attention/mechanisms/gdn2.py): {"gdn2-<start>-start": its options}."""
-    gdn2 = linear_attentions()["gdn2"]
-    return {f"gdn2-{start}-start": ["--linear-attention", "gdn2", "--gdn2-start", start]
-            for start in gdn2.STARTS if start != gdn2.DEFAULT_START}
 BIN = Path(sys.executable).parent
 
 # the lines of fairseq's output echoed while a command runs (the whole log is kept in a file)
@@ -40,6 +33,14 @@ class FairseqError(SystemExit):
 
 def say(msg: str, prefix: str = "run"):
     print(f"[{prefix} {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def gdn2_starts() -> Dict[str, List[str]]:
+    """gdn2 with each --gdn2-start but the default (fairseq_linattn/attention/mechanisms/gdn2.py says what each ties):
+    {"gdn2-<start>-start": its options}, the benchmarks' model names."""
+    gdn2 = linear_attentions()["gdn2"]
+    return {f"gdn2-{start}-start": ["--linear-attention", "gdn2", "--gdn2-start", start]
+            for start in gdn2.STARTS if start != gdn2.DEFAULT_START}
 
 
 def fairseq(command: str, *args, log: Path, echo: Optional[re.Pattern] = PROGRESS, env: Optional[Dict] = None) -> str:

@@ -97,8 +97,7 @@ BARE = {f"{name}-bare": (name, ["--short-conv", "0", "--output-gate", "0"]) for 
 # hurt it), and trained from carried states (--train-state carried: the states long inputs reach); --models picks them
 PAST_LENGTH = {f"{name}-nopos": (name, ["--no-token-positional-embeddings"]) for name in GATED_MECHANISMS}
 PAST_LENGTH["gated-delta-nopos-carried"] = ("gated-delta", ["--no-token-positional-embeddings", "--train-state", "carried"])
-# gdn2 started as KDA (erase = write, a decay per key channel) or with every row its own, not as Gated DeltaNet
-# (--gdn2-start; --models picks them)
+# gdn2 with its other starts, not as Gated DeltaNet (--gdn2-start; --models picks them)
 GDN2_STARTS = gdn2_starts()
 LM_MODELS.update({name: ("linear_transformer_lm", ["--linear-attention", mechanism, *extra])
                   for name, (mechanism, extra) in {**BARE, **PAST_LENGTH}.items()})
@@ -208,7 +207,7 @@ class Quality:
             return self.runs[key]
         s = self.s
         save = self.save_dir(key)
-        validate_every, log_path = max(1, updates // s.validations), self.work / "logs" / f"train-{save.name}.log"
+        validate_every, log_path = max(1, updates // s.validations), self.log_path("train", save)
         # the best checkpoint of every validation, or (keep_best False) validations on the update schedule only
         # (a validation at each epoch's end costs the small corpus's many epochs dearly) and one save at the end
         saving = (["--save-interval-updates", validate_every, "--keep-interval-updates", 1] if s.keep_best else
@@ -230,14 +229,17 @@ class Quality:
     def save_dir(self, key: tuple) -> Path:
         return self.work / "checkpoints" / "-".join(str(k).replace("/", "_").replace(" ", "_") for k in key)
 
+    def log_path(self, command: str, save: Path, *details) -> Path:
+        """Where the log of ``command`` ("train", "validate", "eval-lm") for the run saved in ``save`` is kept."""
+        return self.work / "logs" / ("-".join([command, save.name, *map(str, details)]) + ".log")
+
     def trained_language_model(self, name: str) -> Dict:
         """The causal LM ``name`` as an earlier run of the study left it in this work folder (its best checkpoint,
         training log and test perplexity), without training anything; FileNotFoundError naming what is missing."""
         arch, extra = LM_MODELS[name]
         n = self.s.lm_tokens
         save = self.save_dir(("lm", arch, n, *extra))
-        log_path = self.work / "logs" / f"train-{save.name}.log"
-        eval_log = self.work / "logs" / f"eval-lm-{save.name}-{n}-{n // 2}.log"
+        log_path, eval_log = self.log_path("train", save), self.log_path("eval-lm", save, n, n // 2)
         missing = [str(path) for path in (save / "checkpoint_best.pt", log_path, eval_log) if not path.exists()]
         if missing:
             raise FileNotFoundError(f"{self.work} holds no finished {name} trained on {n}-token samples (missing "
@@ -273,7 +275,7 @@ class Quality:
         if "test_ppl" not in run:
             s = self.s
             overrides = [] if s.eval_mask_prob is None else ["--model-overrides", repr({"mask_prob": s.eval_mask_prob})]
-            run["validate_log"] = self.work / "logs" / f"validate-{run['save'].name}.log"
+            run["validate_log"] = self.log_path("validate", run["save"])
             log = fairseq("fairseq-validate", self.data.lm, "--user-dir", USER_DIR, "--task", "masked_lm",
                           "--criterion", "masked_lm", "--path", run["best"], *s.device, "--seed", "1",
                           "--batch-size", max(1, s.tokens_per_batch // n), "--tokens-per-sample", n,
@@ -333,12 +335,11 @@ class Quality:
         """fairseq-eval-lm perplexity on the test split, and (``by_position``) perplexity by position over
         ``extrapolation * lm_tokens`` tokens."""
         s = self.s
-        tag = f"{run['save'].name}-{tokens_per_sample}-{context_window}"
         log = fairseq("fairseq-eval-lm", self.data.lm, "--user-dir", USER_DIR, "--path", run["best"], *s.device,
                       "--gen-subset", "test", "--tokens-per-sample", tokens_per_sample, "--context-window",
                       context_window, "--batch-size", max(1, s.tokens_per_batch // tokens_per_sample),
                       *(["--output-word-probs"] if by_position else []),
-                      log=self.work / "logs" / f"eval-lm-{tag}.log", echo=None)
+                      log=self.log_path("eval-lm", run["save"], tokens_per_sample, context_window), echo=None)
         ppl = last(r"Perplexity: ([0-9.]+)", log)
         if not by_position:
             return ppl, None
