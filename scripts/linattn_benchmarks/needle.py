@@ -149,7 +149,7 @@ class NeedleBenchmark(Study):
             if missing:
                 return (f"--lms-from {args.lms_from} is not a quality study's work folder (no {missing[0]}): give "
                         "its --work-dir with the scale's subfolder, e.g. runs/quality_mechanisms/default")
-            held = self.held(args)
+            held = self.held(args, MECHANISM_MODELS)
             absent = [name for name in args.models or () if name not in held]
             if absent or not held:
                 return (f"--lms-from {args.lms_from} holds no finished {absent[0] if absent else 'LM of the study'}: "
@@ -157,10 +157,11 @@ class NeedleBenchmark(Study):
                         f"or pick --models among what it holds ({', '.join(held) or 'none'})")
         return no_gpu_for(args, SCALES)
 
-    def held(self, args) -> List[str]:
-        """With --lms-from, the LMs to score that the folder holds: of --models, else of the scale's mechanism models."""
+    def held(self, args, among=None) -> List[str]:
+        """With --lms-from, the LMs the folder holds, of ``among`` (default: --models, else the scale's mechanism
+        models)."""
         study = Quality(Path(args.lms_from), self.scale(args), None)
-        return [name for name in args.models or self.scale(args).mechanism_models if self.finished(study, name)]
+        return [name for name in among or args.models or self.scale(args).mechanism_models if self.finished(study, name)]
 
     @staticmethod
     def finished(study: Quality, name: str) -> bool:
