@@ -134,13 +134,14 @@ class NeedleBenchmark(Study):
                             help="prompt lengths, in training lengths (comma-separated)")
         parser.add_argument("--depths", type=positive_int, default=20,
                             help="needle positions per length (evenly spaced)")
-        parser.add_argument("--models", type=names_among(MECHANISM_MODELS), default=None,
-                            help=f"some of the LMs, comma-separated (default: all of {', '.join(MECHANISM_MODELS)})")
+        parser.add_argument("--models", type=names_among(LM_MODELS), default=None,
+                            help=f"some of the LMs, comma-separated (default: all of {', '.join(MECHANISM_MODELS)}; "
+                                 "also the quality study's other LMs, e.g. gated-delta-nopos)")
         parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "needle"))
         parser.add_argument("--lms-from", type=existing_dir, default=None, metavar="DIR",
                             help="a quality study's work folder with its scale's subfolder (e.g. "
                                  "runs/quality_mechanisms/default): score the causal LMs it trained instead of "
-                                 "training them (--models: some of them; their shapes are read from the checkpoints)")
+                                 "training them (default: every one it holds; their shapes are read from the checkpoints)")
 
     def problem(self, args) -> str:
         if args.lms_from:
@@ -149,7 +150,7 @@ class NeedleBenchmark(Study):
             if missing:
                 return (f"--lms-from {args.lms_from} is not a quality study's work folder (no {missing[0]}): give "
                         "its --work-dir with the scale's subfolder, e.g. runs/quality_mechanisms/default")
-            held = self.held(args, MECHANISM_MODELS)
+            held = self.held(args, LM_MODELS)
             absent = [name for name in args.models or () if name not in held]
             if absent or not held:
                 return (f"--lms-from {args.lms_from} holds no finished {absent[0] if absent else 'LM of the study'}: "
@@ -158,10 +159,10 @@ class NeedleBenchmark(Study):
         return no_gpu_for(args, SCALES)
 
     def held(self, args, among=None) -> List[str]:
-        """With --lms-from, the LMs the folder holds, of ``among`` (default: --models, else the scale's mechanism
-        models)."""
+        """With --lms-from, the LMs the folder holds, of ``among`` (default: --models, else every causal LM the
+        quality study names)."""
         study = Quality(Path(args.lms_from), self.scale(args), None)
-        return [name for name in among or args.models or self.scale(args).mechanism_models if self.finished(study, name)]
+        return [name for name in among or args.models or LM_MODELS if self.finished(study, name)]
 
     @staticmethod
     def finished(study: Quality, name: str) -> bool:

@@ -90,6 +90,9 @@ def test_lms_from_must_be_a_study_folder_holding_the_models(tmp_path, capsys):
     with pytest.raises(SystemExit):  # a study folder, but no finished gated-delta in it
         parse_args(NeedleBenchmark(), ["--lms-from", str(tmp_path), "--models", "gated-delta"])
     assert f"error: --lms-from {tmp_path} holds no finished gated-delta: train it there" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # any of the study's LMs may be asked for, the past-length variants too
+        parse_args(NeedleBenchmark(), ["--lms-from", str(tmp_path), "--models", "gated-delta-nopos"])
+    assert f"error: --lms-from {tmp_path} holds no finished gated-delta-nopos: train it there" in capsys.readouterr().err
 
 
 @pytest.mark.slow
