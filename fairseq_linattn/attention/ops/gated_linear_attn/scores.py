@@ -105,6 +105,14 @@ def _above_diagonal(size: int, device) -> Tensor:
     return torch.ones(size, size, dtype=torch.bool, device=device).triu(1)
 
 
+def _causal_weights(size: int, sets: int, like: Tensor) -> Tensor:
+    """``sets·size x size`` in ``like``'s dtype: 1 on and below each set's diagonal, 0 above. The one-product paths
+    mask by multiplying with it: their products above the diagonal are finite (see their docs), and on CPU a
+    broadcast multiply costs a third of a masked_fill_ (measured: 1.0 against 3.2 ms in place, 1.4 against 4.3 ms
+    into a new tensor, for 512 chunks of 128 x 64 scores on one thread)."""
+    return (~_above_diagonal(size, like.device)).to(like.dtype).repeat(sets, 1)
+
+
 class _WholeChunkScores(torch.autograd.Function):
     """Queries and keys measured against r = b at the chunk's first position, q_i exp(b_i - r) <= 1 and
     k_j exp(r - b_j) <= exp(WHOLE_CHUNK_LIMIT), then one product (every stacked query set in it), the future
@@ -118,10 +126,10 @@ class _WholeChunkScores(torch.autograd.Function):
         sets = q.size(-2) // k.size(-2)
         q_scaled = per_set(q, sets).mul(q_factors.unsqueeze(-3)).flatten(-3, -2)
         k_scaled = k * k_factors
-        future = _above_diagonal(b.size(-2), b.device).repeat(sets, 1)
-        out = torch.matmul(q_scaled, k_scaled.transpose(-1, -2)).masked_fill_(future, 0.0)
+        causal = _causal_weights(b.size(-2), sets, q_scaled)
+        out = torch.matmul(q_scaled, k_scaled.transpose(-1, -2)).mul_(causal)
         ctx.save_for_backward(q, k, q_factors, k_factors, q_scaled, k_scaled)
-        ctx.future = future
+        ctx.causal = causal
         return out
 
     @staticmethod
@@ -129,7 +137,7 @@ class _WholeChunkScores(torch.autograd.Function):
     def backward(ctx, d_out):
         q, k, q_factors, k_factors, q_scaled, k_scaled = ctx.saved_tensors
         sets = q.size(-2) // k.size(-2)
-        d_out = d_out.masked_fill(ctx.future, 0.0)
+        d_out = d_out * ctx.causal
         d_q = torch.matmul(d_out, k_scaled)
         per_set(d_q, sets).mul_(q_factors.unsqueeze(-3))
         d_k = torch.matmul(d_out.transpose(-1, -2), q_scaled).mul_(k_factors)  # all sets in one product
@@ -148,17 +156,17 @@ class _FromStartScores(torch.autograd.Function):
     def forward(ctx, decayed, k, b):
         k_factors = torch.exp(b.neg())
         k_scaled = k * k_factors
-        future = _above_diagonal(b.size(-2), b.device).repeat(decayed.size(-2) // k.size(-2), 1)
-        out = torch.matmul(decayed, k_scaled.transpose(-1, -2)).masked_fill_(future, 0.0)
+        causal = _causal_weights(b.size(-2), decayed.size(-2) // k.size(-2), k_scaled)
+        out = torch.matmul(decayed, k_scaled.transpose(-1, -2)).mul_(causal)
         ctx.save_for_backward(decayed, k, k_factors, k_scaled)
-        ctx.future = future
+        ctx.causal = causal
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out):
         decayed, k, k_factors, k_scaled = ctx.saved_tensors
-        d_out = d_out.masked_fill(ctx.future, 0.0)
+        d_out = d_out * ctx.causal
         d_k = torch.matmul(d_out.transpose(-1, -2), decayed).mul_(k_factors)  # all sets in one product
         return torch.matmul(d_out, k_scaled), d_k, torch.mul(k, d_k).neg_()
 
