@@ -28,6 +28,7 @@ of 1.0 means the model learned nothing from context.
     python scripts/bench_quality.py                  # the default scale: about an hour on 2 CPU cores
     python scripts/bench_quality.py --scale gpu      # larger models and budgets, for a GPU machine (fp16)
 """
+import hashlib
 import math
 import shutil
 import time
@@ -187,12 +188,19 @@ COMMON = ["--num-workers", "0", "--log-format", "simple", "--no-epoch-checkpoint
 FINETUNE_DROPOUT = 0.1
 
 
-class Quality:
-    """The runs of one study: each trained once (cached by what defines it), each number read back from fairseq."""
+# what a finished training run is, written beside its checkpoints: its fairseq-train command and its data's digest
+RUN_RECORD = "run.txt"
 
-    def __init__(self, work: Path, scale: Scale, data: CorpusData, prefix: str = "quality"):
-        self.work, self.s, self.data, self.prefix = work, scale, data, prefix
+
+class Quality:
+    """The runs of one study: each trained once (cached by what defines it), each number read back from fairseq.
+    With ``resume``, a run an earlier study finished in ``work`` with the same fairseq-train command on the same
+    data (its :data:`RUN_RECORD`) is kept instead of trained again."""
+
+    def __init__(self, work: Path, scale: Scale, data: CorpusData, prefix: str = "quality", resume: bool = False):
+        self.work, self.s, self.data, self.prefix, self.resume = work, scale, data, prefix, resume
         self.runs: Dict[tuple, Dict] = {}
+        self._data_digest: Optional[str] = None
 
     # ---------------------------------------------------------------------------------------- training
     def encoder(self, arch: str, n: int) -> List:
@@ -212,19 +220,40 @@ class Quality:
         # (a validation at each epoch's end costs the small corpus's many epochs dearly) and one save at the end
         saving = (["--save-interval-updates", validate_every, "--keep-interval-updates", 1] if s.keep_best else
                   ["--validate-interval", 1_000_000, "--save-interval", 1_000_000])
-        log = fairseq("fairseq-train", *sequence(task_args), "--user-dir", USER_DIR, "--batch-size", batch,
-                      "--lr", lr, "--warmup-updates", max(1, updates // 10), "--total-num-update", updates,
-                      "--max-update", updates, "--validate-interval-updates", validate_every, *saving,
-                      "--save-dir", save, "--log-interval", min(10, max(1, updates // 8)), *s.device, *COMMON,
-                      "--seed", s.seed, log=log_path, echo=echo)
+        command = ["fairseq-train", *sequence(task_args), "--user-dir", USER_DIR, "--batch-size", batch,
+                   "--lr", lr, "--warmup-updates", max(1, updates // 10), "--total-num-update", updates,
+                   "--max-update", updates, "--validate-interval-updates", validate_every, *saving,
+                   "--save-dir", save, "--log-interval", min(10, max(1, updates // 8)), *s.device, *COMMON,
+                   "--seed", s.seed]
+        record = "\n".join([*map(str, command), f"data {self.data_digest()}", ""])
+        kept = self.resume and log_path.exists() and (save / "checkpoint_best.pt").exists() and (
+            (save / RUN_RECORD).exists() and (save / RUN_RECORD).read_text() == record)
+        if kept:
+            log = log_path.read_text(errors="replace")
+        else:
+            shutil.rmtree(save, ignore_errors=True)  # what an interrupted or different run left: fairseq would resume it
+            log = fairseq(*command, log=log_path, echo=echo)
+            (save / RUN_RECORD).write_text(record)
         run = {"save": save, "best": save / "checkpoint_best.pt", "log": log_path, "curve": valid_curve(log, metric),
                "train_curve": train_curve(log), "params": parameter_count(log),
                "seconds_per_update": seconds_per_update(log), "train_seconds": train_seconds(log)}
         self.runs[key] = run
-        say(f"   {' / '.join(map(str, key))}: {updates} updates in {run['train_seconds']:.0f} s, "
+        say(f"   {' / '.join(map(str, key))}: {updates} updates in {run['train_seconds']:.0f} s"
+            f"{' (kept from an earlier run: --resume)' if kept else ''}, "
             f"{run['params']:,} parameters, last validation {metric} {run['curve'][-1][1] if run['curve'] else '-'}",
             self.prefix)
         return run
+
+    def data_digest(self) -> str:
+        """The training data's digest (its dictionary and binarized splits): a kept run must have seen these bytes."""
+        if self._data_digest is None:
+            digest = hashlib.sha256()
+            for path in sorted(Path(self.data.lm).glob("*")) + sorted(Path(self.data.cls).rglob("*")):
+                if path.is_file() and path.suffix in (".txt", ".bin", ".idx"):
+                    digest.update(path.name.encode())
+                    digest.update(path.read_bytes())
+            self._data_digest = digest.hexdigest()
+        return self._data_digest
 
     def save_dir(self, key: tuple) -> Path:
         return self.work / "checkpoints" / "-".join(str(k).replace("/", "_").replace(" ", "_") for k in key)
@@ -358,6 +387,10 @@ class QualityBenchmark(Study):
         parser.add_argument("--only", default="mlm,length,lm,extrapolation,finetune",
                             help="comma-separated parts to run (default: all)")
         parser.add_argument("--seed", type=positive_int, default=1, help="every training run's seed (default 1)")
+        parser.add_argument("--resume", action="store_true",
+                            help="keep the training runs an earlier study finished in --work-dir with the same "
+                                 "fairseq-train command on the same data, and train only the rest (default: "
+                                 "--work-dir is emptied first)")
         parser.add_argument("--lengths", type=positive_ints, default=None,
                             help="the Linformer length part's n, comma-separated (default: the scale's)")
         parser.add_argument("--fixed-k", type=positive_int, default=None,
@@ -398,12 +431,14 @@ class QualityBenchmark(Study):
         scale = self.scale(args)
         work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
         parts = set(args.only.split(","))
-        if work.exists():
-            shutil.rmtree(work)  # fairseq-preprocess refuses to write over a data-bin
+        # fairseq-preprocess refuses to write over a data-bin: the data is made again (the same bytes from the same
+        # corpus and budget), and with --resume the runs are kept for Quality to check against their records
+        for stale in (["corpus", "data-bin", "glue"] if args.resume else ["."]):
+            shutil.rmtree(work / stale, ignore_errors=True)
         started = time.time()
         say(f"scale {scale}", "quality")
         corpus = prepare_corpus(work, scale.corpus_chars, scale.vocab)
-        study = Quality(work, scale, corpus)
+        study = Quality(work, scale, corpus, resume=args.resume)
         out = data.setdefault("study", {"scale": asdict(scale), "stages_s": {}})
         out["unigram_test_ppl"] = unigram_perplexity(corpus.lm, "test")
         out["majority_baseline"] = corpus.majority_baseline

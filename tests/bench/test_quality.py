@@ -7,8 +7,13 @@ import os
 import subprocess
 import sys
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
+from linattn_benchmarks import quality
 from linattn_benchmarks.fairseq_runs import (
+    CorpusData,
     perplexity_by_position,
     positional_log_probs,
     seconds_per_update,
@@ -92,6 +97,50 @@ def test_perplexity_by_position_places_each_token_in_the_stream():
         perplexity_by_position(samples, block=1, period=4, buckets=2)
 
 
+def test_resume_keeps_a_finished_run_only_for_the_same_command_and_data(tmp_path, monkeypatch):
+    """--resume: a run an earlier study finished is kept when its fairseq-train command and data are the ones this
+    study would train with; a different seed, changed data or an unfinished run is trained again."""
+    commands = []
+
+    def fake_fairseq(command, *args, log, echo=None):  # what fairseq-train leaves: a checkpoint and its log
+        commands.append(args)
+        save = Path(str(args[list(args).index("--save-dir") + 1]))
+        save.mkdir(parents=True)
+        (save / "checkpoint_best.pt").write_bytes(b"")
+        text = TRAIN_LOG + "num. shared model params: 1,234\ndone training in 5.0 seconds\n"
+        Path(log).parent.mkdir(parents=True, exist_ok=True)
+        Path(log).write_text(text)
+        return text
+
+    monkeypatch.setattr(quality, "fairseq", fake_fairseq)
+    data = CorpusData(lm=tmp_path / "data-bin", cls=tmp_path / "glue", summary=None)
+    for path in (data.lm / "dict.txt", data.lm / "train.bin", data.cls / "cls-bin" / "train.bin"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"tokens")
+    scale = quality.SCALES["quick"]
+
+    def train(resume=True, seed=1):
+        study = quality.Quality(tmp_path, replace(scale, seed=seed), data, resume=resume)
+        return study.train(("lm", "transformer_lm", 64), [data.lm, "--task", "language_modeling"], 8, 1e-3, 2)
+
+    first = train(resume=False)
+    assert len(commands) == 1 and (first["save"] / quality.RUN_RECORD).exists()
+    kept = train()
+    assert len(commands) == 1 and kept["params"] == first["params"] == 1234 and kept["curve"] == first["curve"]
+    train(seed=2)  # another command: trained again (and recorded as that one)
+    assert len(commands) == 2
+    train(seed=2)
+    assert len(commands) == 2
+    (data.lm / "dict.txt").write_bytes(b"other tokens")  # other data: trained again
+    train(seed=2)
+    assert len(commands) == 3
+    (first["save"] / quality.RUN_RECORD).unlink()  # a run that did not finish leaves no record
+    train(seed=2)
+    assert len(commands) == 4
+    train(resume=False, seed=2)  # without --resume, always trained
+    assert len(commands) == 5
+
+
 @pytest.mark.slow
 def test_quick_run_writes_every_part(tmp_path):
     out, work = tmp_path / "results", tmp_path / "work"
@@ -122,18 +171,27 @@ def test_quick_mechanism_study_writes_its_table(tmp_path):
     """scripts/bench_quality_mechanisms.py --quick: causal LM and extrapolation with the state carried for the
     --linear-attention mechanisms, through the real command lines, and the goal verdicts."""
     out = tmp_path / "results"
-    proc = subprocess.run([sys.executable, os.path.join("scripts", "bench_quality_mechanisms.py"), "--quick", "--out",
-                           str(out), "--work-dir", str(tmp_path / "work")], capture_output=True, text=True, timeout=900,
-                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    def study(*extra):
+        proc = subprocess.run([sys.executable, os.path.join("scripts", "bench_quality_mechanisms.py"), "--quick",
+                               "--out", str(out), "--work-dir", str(tmp_path / "work"), *extra], capture_output=True,
+                              text=True, timeout=900,
+                              cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        return proc, json.loads((out / "quality_mechanisms.json").read_text())["study"]
+
+    proc, first = study()
     table = (out / "quality_mechanisms.md").read_text()
     mechanism = GATED_MECHANISMS[0]  # the one the quick scale runs
     assert f"| {mechanism} |" in table and f"{mechanism}, state carried over 256 tokens" in table
     assert (out / "quality_mechanisms.png").stat().st_size > 0
-    study = json.loads((out / "quality_mechanisms.json").read_text())["study"]
-    assert set(study["lm"]) == {"transformer_lm", mechanism}
-    assert all(math.isfinite(p) for r in study["extrapolation"].values() for p in r["by_position"])
+    assert set(first["lm"]) == {"transformer_lm", mechanism}
+    assert all(math.isfinite(p) for r in first["extrapolation"].values() for p in r["by_position"])
     assert f"goal: {mechanism}:" in proc.stdout + proc.stderr
+    # --resume: the data made again is the same bytes, so both LMs are kept, not trained, and score the same
+    proc, again = study("--resume")
+    assert proc.stdout.count("kept from an earlier run") == 2, proc.stdout[-3000:]
+    assert again["lm"] == first["lm"]
 
 
 @pytest.mark.slow
