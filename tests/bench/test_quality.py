@@ -6,7 +6,6 @@ import math
 import os
 import subprocess
 import sys
-
 from dataclasses import replace
 from pathlib import Path
 
