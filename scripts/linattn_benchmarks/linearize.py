@@ -76,6 +76,8 @@ class LinearizeBenchmark(QualityBenchmark):
     def problem(self, args) -> str:
         if args.family != "transformer" and (args.parent_work or args.updates):
             return "--parent-work and --updates are --family transformer's (the others train their parent here)"
+        if args.family == "transformer" and args.resume:
+            return "--resume keeps the runs of the transformer_lm and roberta families (the translation study trains anew)"
         if args.parent_work and args.updates:
             return "--updates is the budget of a parent trained here: with --parent-work the parent's own is used"
         return super().problem(args)

@@ -34,7 +34,7 @@ import torch
 
 from .fairseq_runs import CorpusData, prepare_corpus, say
 from .machine import machine_line
-from .quality import LM_MODELS, MECHANISM_MODELS, SCALES, SOFTMAX_LM, Quality
+from .quality import LM_MODELS, MECHANISM_MODELS, SCALES, SOFTMAX_LM, Quality, hybrid_depth_problem
 from .report import md_table, pyplot, titled
 from .runner import ROOT, Study, entry_point, existing_dir, names_among, no_gpu_for, positive_int, positive_ints
 
@@ -156,6 +156,10 @@ class NeedleBenchmark(Study):
                 return (f"--lms-from {args.lms_from} holds no finished {absent[0] if absent else 'LM of the study'}: "
                         f"train it there (bench_quality_mechanisms.py --models ... --work-dir {Path(args.lms_from).parent}), "
                         f"or pick --models among what it holds ({', '.join(held) or 'none'})")
+        else:  # trained here, at the scale's depth
+            problem = hybrid_depth_problem(args.models, self.scale(args).layers)
+            if problem:
+                return problem
         return no_gpu_for(args, SCALES)
 
     def held(self, args, among=None) -> List[str]:

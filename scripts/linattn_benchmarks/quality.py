@@ -192,6 +192,16 @@ FINETUNE_DROPOUT = 0.1
 RUN_RECORD = "run.txt"
 
 
+def digest(paths) -> str:
+    """One sha256 over the files ``paths`` (each one's path, size and bytes, in the order given)."""
+    hashed = hashlib.sha256()
+    for path in paths:
+        content = Path(path).read_bytes()
+        hashed.update(f"{path} {len(content)}\n".encode())
+        hashed.update(content)
+    return hashed.hexdigest()
+
+
 class Quality:
     """The runs of one study: each trained once (cached by what defines it), each number read back from fairseq.
     With ``resume``, a run an earlier study finished in ``work`` with the same fairseq-train command on the same
@@ -225,7 +235,11 @@ class Quality:
                    "--max-update", updates, "--validate-interval-updates", validate_every, *saving,
                    "--save-dir", save, "--log-interval", min(10, max(1, updates // 8)), *s.device, *COMMON,
                    "--seed", s.seed]
-        record = "\n".join([*map(str, command), f"data {self.data_digest()}", ""])
+        # the record names what the run depends on: its command, its data and the checkpoints it starts from (a
+        # finetuning's parent: the same path may hold another parent by now). Not the plugin's code: after changing
+        # it, train again (no --resume)
+        parents = [f"restores {digest([Path(arg)])}" for arg in command if str(arg).endswith(".pt")]
+        record = "\n".join([*map(str, command), f"data {self.data_digest()}", *parents, ""])
         kept = self.resume and log_path.exists() and (save / "checkpoint_best.pt").exists() and (
             (save / RUN_RECORD).exists() and (save / RUN_RECORD).read_text() == record)
         if kept:
@@ -233,7 +247,7 @@ class Quality:
         else:
             shutil.rmtree(save, ignore_errors=True)  # what an interrupted or different run left: fairseq would resume it
             log = fairseq(*command, log=log_path, echo=echo)
-            (save / RUN_RECORD).write_text(record)
+            (save / RUN_RECORD).write_text(record)  # only once it finished: an interrupted run has none
         run = {"save": save, "best": save / "checkpoint_best.pt", "log": log_path, "curve": valid_curve(log, metric),
                "train_curve": train_curve(log), "params": parameter_count(log),
                "seconds_per_update": seconds_per_update(log), "train_seconds": train_seconds(log)}
@@ -247,12 +261,9 @@ class Quality:
     def data_digest(self) -> str:
         """The training data's digest (its dictionary and binarized splits): a kept run must have seen these bytes."""
         if self._data_digest is None:
-            digest = hashlib.sha256()
-            for path in sorted(Path(self.data.lm).glob("*")) + sorted(Path(self.data.cls).rglob("*")):
-                if path.is_file() and path.suffix in (".txt", ".bin", ".idx"):
-                    digest.update(path.name.encode())
-                    digest.update(path.read_bytes())
-            self._data_digest = digest.hexdigest()
+            self._data_digest = digest(path for folder in (self.data.lm, self.data.cls)
+                                       for path in sorted(Path(folder).rglob("*"))
+                                       if path.is_file() and path.suffix in (".txt", ".bin", ".idx"))
         return self._data_digest
 
     def save_dir(self, key: tuple) -> Path:
@@ -389,8 +400,9 @@ class QualityBenchmark(Study):
         parser.add_argument("--seed", type=positive_int, default=1, help="every training run's seed (default 1)")
         parser.add_argument("--resume", action="store_true",
                             help="keep the training runs an earlier study finished in --work-dir with the same "
-                                 "fairseq-train command on the same data, and train only the rest (default: "
-                                 "--work-dir is emptied first)")
+                                 "fairseq-train command on the same data and parent checkpoints, and train only the "
+                                 "rest (default: --work-dir is emptied first). The plugin's code is not compared: "
+                                 "after changing it, run without --resume")
         parser.add_argument("--lengths", type=positive_ints, default=None,
                             help="the Linformer length part's n, comma-separated (default: the scale's)")
         parser.add_argument("--fixed-k", type=positive_int, default=None,
@@ -433,8 +445,11 @@ class QualityBenchmark(Study):
         parts = set(args.only.split(","))
         # fairseq-preprocess refuses to write over a data-bin: the data is made again (the same bytes from the same
         # corpus and budget), and with --resume the runs are kept for Quality to check against their records
-        for stale in (["corpus", "data-bin", "glue"] if args.resume else ["."]):
-            shutil.rmtree(work / stale, ignore_errors=True)
+        if args.resume:
+            for stale in ("corpus", "data-bin", "glue"):
+                shutil.rmtree(work / stale, ignore_errors=True)
+        elif work.exists():
+            shutil.rmtree(work)
         started = time.time()
         say(f"scale {scale}", "quality")
         corpus = prepare_corpus(work, scale.corpus_chars, scale.vocab)
@@ -506,6 +521,14 @@ class QualityBenchmark(Study):
         return plot(data)
 
 
+def hybrid_depth_problem(models, layers: int) -> str:
+    """What is wrong with training the 3:1 hybrids among ``models`` at ``layers`` layers ("" if nothing)."""
+    hybrids = [m for m in models or () if m in HYBRIDS]
+    if hybrids and layers % 4:
+        return f"--models {hybrids[0]} is a 3:1 layout and the scale has {layers} layers: add --layers 4 (or 8, ...)"
+    return ""
+
+
 class MechanismQualityBenchmark(QualityBenchmark):
     """``--linear-attention``'s registered mechanisms beside transformer_lm and elu+1: the causal-LM and
     extrapolation parts of the quality study for them (results/quality_mechanisms.*)."""
@@ -521,10 +544,7 @@ class MechanismQualityBenchmark(QualityBenchmark):
                                  f"also {', '.join([*BARE, *PAST_LENGTH, *GDN2_STARTS, *HYBRIDS])})")
 
     def problem(self, args) -> str:
-        hybrids, layers = [m for m in args.models or () if m in HYBRIDS], self.scale(args).layers
-        if hybrids and layers % 4:
-            return f"--models {hybrids[0]} is a 3:1 layout and the scale has {layers} layers: add --layers 4 (or 8, ...)"
-        return super().problem(args)
+        return hybrid_depth_problem(args.models, self.scale(args).layers) or super().problem(args)
 
     def measure(self, args, data):
         if args.models:

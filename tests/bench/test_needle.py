@@ -93,6 +93,9 @@ def test_lms_from_must_be_a_study_folder_holding_the_models(tmp_path, capsys):
     with pytest.raises(SystemExit):  # any of the study's LMs may be asked for, the past-length variants too
         parse_args(NeedleBenchmark(), ["--lms-from", str(tmp_path), "--models", "gated-delta-nopos"])
     assert f"error: --lms-from {tmp_path} holds no finished gated-delta-nopos: train it there" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # a 3:1 hybrid trained here needs a depth that is a multiple of 4
+        parse_args(NeedleBenchmark(), ["--models", "hybrid-kda"])
+    assert "error: --models hybrid-kda is a 3:1 layout and the scale has 2 layers" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -99,13 +99,15 @@ def test_perplexity_by_position_places_each_token_in_the_stream():
 def test_resume_keeps_a_finished_run_only_for_the_same_command_and_data(tmp_path, monkeypatch):
     """--resume: a run an earlier study finished is kept when its fairseq-train command and data are the ones this
     study would train with; a different seed, changed data or an unfinished run is trained again."""
-    commands = []
+    commands, interrupt = [], []
 
     def fake_fairseq(command, *args, log, echo=None):  # what fairseq-train leaves: a checkpoint and its log
         commands.append(args)
         save = Path(str(args[list(args).index("--save-dir") + 1]))
         save.mkdir(parents=True)
-        (save / "checkpoint_best.pt").write_bytes(b"")
+        (save / "checkpoint_best.pt").write_bytes(b"")  # written at the first validation, before the run ends
+        if interrupt:
+            raise KeyboardInterrupt
         text = TRAIN_LOG + "num. shared model params: 1,234\ndone training in 5.0 seconds\n"
         Path(log).parent.mkdir(parents=True, exist_ok=True)
         Path(log).write_text(text)
@@ -118,9 +120,13 @@ def test_resume_keeps_a_finished_run_only_for_the_same_command_and_data(tmp_path
         path.write_bytes(b"tokens")
     scale = quality.SCALES["quick"]
 
+    parent = tmp_path / "parent.pt"
+    parent.write_bytes(b"weights")
+
     def train(resume=True, seed=1):
         study = quality.Quality(tmp_path, replace(scale, seed=seed), data, resume=resume)
-        return study.train(("lm", "transformer_lm", 64), [data.lm, "--task", "language_modeling"], 8, 1e-3, 2)
+        return study.train(("lm", "transformer_lm", 64), [data.lm, "--task", "language_modeling", "--restore-file",
+                                                          parent], 8, 1e-3, 2)
 
     first = train(resume=False)
     assert len(commands) == 1 and (first["save"] / quality.RUN_RECORD).exists()
@@ -138,6 +144,17 @@ def test_resume_keeps_a_finished_run_only_for_the_same_command_and_data(tmp_path
     assert len(commands) == 4
     train(resume=False, seed=2)  # without --resume, always trained
     assert len(commands) == 5
+    parent.write_bytes(b"other weights")  # the same path, another parent: trained again
+    train(seed=2)
+    assert len(commands) == 6
+    interrupt.append(True)  # stopped after its first checkpoint: no record, so the next study trains it again
+    with pytest.raises(KeyboardInterrupt):
+        train(seed=3)
+    interrupt.clear()
+    train(seed=3)
+    assert len(commands) == 8
+    train(seed=3)
+    assert len(commands) == 8
 
 
 @pytest.mark.slow
