@@ -192,12 +192,14 @@ FINETUNE_DROPOUT = 0.1
 RUN_RECORD = "run.txt"
 
 
-def digest(paths) -> str:
-    """One sha256 over the files ``paths`` (each one's path, size and bytes, in the order given)."""
+def digest(paths, root: Optional[Path] = None) -> str:
+    """One sha256 over the files ``paths`` (each one's name, relative to ``root`` if given, size and bytes, in the
+    order given): where the folder lies does not change it."""
     hashed = hashlib.sha256()
-    for path in paths:
-        content = Path(path).read_bytes()
-        hashed.update(f"{path} {len(content)}\n".encode())
+    for path in map(Path, paths):
+        content = path.read_bytes()
+        name = path.relative_to(root) if root and path.is_relative_to(root) else path.name
+        hashed.update(f"{name} {len(content)}\n".encode())
         hashed.update(content)
     return hashed.hexdigest()
 
@@ -236,15 +238,21 @@ class Quality:
                    "--save-dir", save, "--log-interval", min(10, max(1, updates // 8)), *s.device, *COMMON,
                    "--seed", s.seed]
         # the record names what the run depends on: its command, its data and the checkpoints it starts from (a
-        # finetuning's parent: the same path may hold another parent by now). Not the plugin's code: after changing
-        # it, train again (no --resume)
-        parents = [f"restores {digest([Path(arg)])}" for arg in command if str(arg).endswith(".pt")]
-        record = "\n".join([*map(str, command), f"data {self.data_digest()}", *parents, ""])
+        # finetuning's parent: the same path may hold another parent by now). Not the plugin's code, nor where it
+        # lies (--user-dir): after changing it, train again (no --resume)
+        parents = [f"restores {digest([arg])}" for arg in command if str(arg).endswith(".pt")]
+        record = "\n".join([*("--user-dir's folder" if arg == USER_DIR else str(arg) for arg in command),
+                             f"data {self.data_digest()}", *parents, ""])
         kept = self.resume and log_path.exists() and (save / "checkpoint_best.pt").exists() and (
             (save / RUN_RECORD).exists() and (save / RUN_RECORD).read_text() == record)
         if kept:
             log = log_path.read_text(errors="replace")
         else:
+            if self.resume and (save / RUN_RECORD).exists():  # say why a run the folder holds is not kept
+                recorded = (save / RUN_RECORD).read_text().splitlines()
+                change = next((f"{old!r} -> {new!r}" for old, new in zip(recorded, record.splitlines()) if old != new),
+                              "its length")
+                say(f"   {' / '.join(map(str, key))}: trained again, its record differs ({change})", self.prefix)
             shutil.rmtree(save, ignore_errors=True)  # what an interrupted or different run left: fairseq would resume it
             log = fairseq(*command, log=log_path, echo=echo)
             (save / RUN_RECORD).write_text(record)  # only once it finished: an interrupted run has none
@@ -261,9 +269,9 @@ class Quality:
     def data_digest(self) -> str:
         """The training data's digest (its dictionary and binarized splits): a kept run must have seen these bytes."""
         if self._data_digest is None:
-            self._data_digest = digest(path for folder in (self.data.lm, self.data.cls)
-                                       for path in sorted(Path(folder).rglob("*"))
-                                       if path.is_file() and path.suffix in (".txt", ".bin", ".idx"))
+            self._data_digest = digest((path for folder in (self.data.lm, self.data.cls)
+                                        for path in sorted(Path(folder).rglob("*"))
+                                        if path.is_file() and path.suffix in (".txt", ".bin", ".idx")), self.work)
         return self._data_digest
 
     def save_dir(self, key: tuple) -> Path:

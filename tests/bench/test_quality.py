@@ -132,6 +132,9 @@ def test_resume_keeps_a_finished_run_only_for_the_same_command_and_data(tmp_path
     assert len(commands) == 1 and (first["save"] / quality.RUN_RECORD).exists()
     kept = train()
     assert len(commands) == 1 and kept["params"] == first["params"] == 1234 and kept["curve"] == first["curve"]
+    monkeypatch.setattr(quality, "USER_DIR", tmp_path / "another checkout" / "fairseq_linattn")
+    train()  # the plugin's code run from another folder (it is not compared): kept
+    assert len(commands) == 1
     train(seed=2)  # another command: trained again (and recorded as that one)
     assert len(commands) == 2
     train(seed=2)
