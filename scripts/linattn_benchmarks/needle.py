@@ -156,11 +156,9 @@ class NeedleBenchmark(Study):
                 return (f"--lms-from {args.lms_from} holds no finished {absent[0] if absent else 'LM of the study'}: "
                         f"train it there (bench_quality_mechanisms.py --models ... --work-dir {Path(args.lms_from).parent}), "
                         f"or pick --models among what it holds ({', '.join(held) or 'none'})")
-        else:  # trained here, at the scale's depth
-            problem = hybrid_depth_problem(args.models, self.scale(args).layers)
-            if problem:
-                return problem
-        return no_gpu_for(args, SCALES)
+            return no_gpu_for(args, SCALES)
+        # trained here, at the scale's depth
+        return hybrid_depth_problem(args.models, self.scale(args).layers) or no_gpu_for(args, SCALES)
 
     def held(self, args, among=None) -> List[str]:
         """With --lms-from, the LMs the folder holds, of ``among`` (default: --models, else every causal LM the

@@ -243,15 +243,14 @@ class Quality:
         parents = [f"restores {digest([arg])}" for arg in command if str(arg).endswith(".pt")]
         record = "\n".join([*("--user-dir's folder" if arg == USER_DIR else str(arg) for arg in command),
                              f"data {self.data_digest()}", *parents, ""])
-        kept = self.resume and log_path.exists() and (save / "checkpoint_best.pt").exists() and (
-            (save / RUN_RECORD).exists() and (save / RUN_RECORD).read_text() == record)
+        recorded = (save / RUN_RECORD).read_text() if self.resume and (save / RUN_RECORD).exists() else None
+        kept = recorded == record and log_path.exists() and (save / "checkpoint_best.pt").exists()
         if kept:
             log = log_path.read_text(errors="replace")
         else:
-            if self.resume and (save / RUN_RECORD).exists():  # say why a run the folder holds is not kept
-                recorded = (save / RUN_RECORD).read_text().splitlines()
-                change = next((f"{old!r} -> {new!r}" for old, new in zip(recorded, record.splitlines()) if old != new),
-                              "its length")
+            if recorded is not None:  # say why a run the folder holds is not kept
+                change = next((f"{old!r} -> {new!r}" for old, new in zip(recorded.splitlines(), record.splitlines())
+                               if old != new), "its length")
                 say(f"   {' / '.join(map(str, key))}: trained again, its record differs ({change})", self.prefix)
             shutil.rmtree(save, ignore_errors=True)  # what an interrupted or different run left: fairseq would resume it
             log = fairseq(*command, log=log_path, echo=echo)
