@@ -158,7 +158,8 @@ class NeedleBenchmark(Study):
                         f"or pick --models among what it holds ({', '.join(held) or 'none'})")
             return no_gpu_for(args, SCALES)
         # trained here, at the scale's depth
-        return hybrid_depth_problem(args.models, self.scale(args).layers) or no_gpu_for(args, SCALES)
+        fix = "train it with bench_quality_mechanisms.py --layers 4 and score it here with --lms-from"
+        return hybrid_depth_problem(args.models, self.scale(args).layers, fix) or no_gpu_for(args, SCALES)
 
     def held(self, args, among=None) -> List[str]:
         """With --lms-from, the LMs the folder holds, of ``among`` (default: --models, else every causal LM the

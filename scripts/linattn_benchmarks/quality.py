@@ -528,11 +528,11 @@ class QualityBenchmark(Study):
         return plot(data)
 
 
-def hybrid_depth_problem(models, layers: int) -> str:
-    """What is wrong with training the 3:1 hybrids among ``models`` at ``layers`` layers ("" if nothing)."""
+def hybrid_depth_problem(models, layers: int, fix: str = "add --layers 4 (or 8, ...)") -> str:
+    """What is wrong with training the 3:1 hybrids among ``models`` at ``layers`` layers ("" if nothing), and ``fix``."""
     hybrids = [m for m in models or () if m in HYBRIDS]
     if hybrids and layers % 4:
-        return f"--models {hybrids[0]} is a 3:1 layout and the scale has {layers} layers: add --layers 4 (or 8, ...)"
+        return f"--models {hybrids[0]} is a 3:1 layout and the scale has {layers} layers: {fix}"
     return ""
 
 
