@@ -16,6 +16,9 @@ converted, then finetuned with the parent's own flags and learning rate (polynom
 scored as bench_translation scores (beam 5, detokenised, sacrebleu's BLEU and chrF) beside the parent and the same
 configuration trained from scratch for the parent's budget (results/linearize_transformer.*). There is no attention
 transfer: the gated-delta layers have no softmax counterpart to imitate, and the other attentions stay softmax.
+With ``--child-decoder kernel`` the decoder's self-attention becomes kernel attention with ``--feature-map``'s learned
+map instead, which has one: each budget is then attention transfer and finetune, as for the language model, beside
+the finetune alone and the same configuration from scratch (results/linearize_transformer_<map>.*).
 
 ``--family roberta`` does the same for the study's masked-LM RoBERTa (``linear_roberta`` children, attention
 transfer and finetune on the masked-LM task) and scores every row twice: masked-LM test perplexity
@@ -35,16 +38,25 @@ from .machine import machine_line
 from .quality import SOFTMAX_LM, Quality, QualityBenchmark, _fmt
 from .report import md_table, pyplot, titled
 from .runner import ROOT, entry_point, positive_float, positive_int, positive_list
+from .translation import checkpoint
 
 FEATURE_MAPS = ("hedgehog", "t2r")
 FAMILIES = ("transformer_lm", "roberta", "transformer")
 TRANSLATION_CHILD = "softmax-enc+gated-delta+softmax-cross"  # bench_translation's name of the child configuration
+CHILD_DECODERS = ("gated-delta", "kernel")  # --family transformer: the child decoder's self-attention
 ROBERTA_CHILD = "linear_roberta_base"
 TRANSFER_LR = 1e-2  # only the feature maps train: a map starts as a fixed one and has far to go
 # the finetune's learning rate, as a share of the parent's: every weight trains, most of them already trained (the
 # translation child, whose decoder's gated-delta parts start from scratch, did better at the parent's own: 1e-3
 # against 3e-4, examples/linearize)
 FINETUNE_LR_SHARE = {"transformer_lm": 1 / 3, "roberta": 1 / 3, "transformer": 1.0}
+# a translation child with a kernel decoder starts as close to its parent as the language model's children: their share
+KERNEL_DECODER_LR_SHARE = 1 / 3
+
+
+def translation_child(decoder: str, feature_map: str) -> str:
+    """bench_translation's name of the translation child's configuration (softmax encoder and cross-attention)."""
+    return TRANSLATION_CHILD if decoder == "gated-delta" else f"softmax-enc+{feature_map}+softmax-cross"
 
 
 class LinearizeBenchmark(QualityBenchmark):
@@ -63,9 +75,14 @@ class LinearizeBenchmark(QualityBenchmark):
                                  "roberta, also scored on classification (results/linearize_roberta.*), or the "
                                  "translation study's transformer (results/linearize_transformer.*)")
         parser.add_argument("--parent-work", type=existing_translation_work,
-                            help=f"--family transformer: a bench_translation work folder (.../default) whose softmax "
-                                 f"and {TRANSLATION_CHILD} checkpoints are the parent and the from-scratch row (default: "
-                                 "train both here, --updates each)")
+                            help="--family transformer: a bench_translation work folder (.../default) whose softmax "
+                                 "checkpoint is the parent and whose child configuration's (e.g. "
+                                 f"{TRANSLATION_CHILD}) is the from-scratch row, trained here with the parent's budget "
+                                 "if the folder lacks it (default: train both here, --updates each)")
+        parser.add_argument("--child-decoder", choices=CHILD_DECODERS, default=None,
+                            help="--family transformer: the child decoder's self-attention: gated-delta (its new parts "
+                                 "start from scratch: finetune only; the default) or kernel with --feature-map's "
+                                 "learned map (attention transfer, then finetune)")
         parser.add_argument("--finetune-lr-share", type=positive_float, default=None,
                             help="the finetune's learning rate over the parent's (default: 1/3 for transformer_lm and "
                                  "roberta, 1 for transformer)")
@@ -74,8 +91,9 @@ class LinearizeBenchmark(QualityBenchmark):
                                  "translation study's)")
 
     def problem(self, args) -> str:
-        if args.family != "transformer" and (args.parent_work or args.updates):
-            return "--parent-work and --updates are --family transformer's (the others train their parent here)"
+        if args.family != "transformer" and (args.parent_work or args.updates or args.child_decoder):
+            return ("--parent-work, --updates and --child-decoder are --family transformer's (the others train their "
+                    "parent here and convert it to kernel attention)")
         if args.family == "transformer" and args.resume:
             return "--resume keeps the runs of the transformer_lm and roberta families (the translation study trains anew)"
         if args.parent_work and args.updates:
@@ -84,9 +102,12 @@ class LinearizeBenchmark(QualityBenchmark):
 
     def measure(self, args, data):
         self.feature_map, self.budgets, self.family = args.feature_map, sorted(args.budgets), args.family
-        self.lr_share = args.finetune_lr_share or FINETUNE_LR_SHARE[self.family]
+        self.child_decoder = args.child_decoder or CHILD_DECODERS[0]
+        kernel_child = self.family == "transformer" and self.child_decoder == "kernel"
+        self.lr_share = args.finetune_lr_share or (KERNEL_DECODER_LR_SHARE if kernel_child
+                                                   else FINETUNE_LR_SHARE[self.family])
         if self.family != "transformer_lm":
-            self.name = f"linearize_{self.family}"
+            self.name = f"linearize_{self.family}" + (f"_{self.feature_map}" if kernel_child else "")
         if self.family == "transformer":
             data["study"] = self.linearize_transformer(args)
             data["results"] = [{"case": "linearize"}]
@@ -100,21 +121,26 @@ class LinearizeBenchmark(QualityBenchmark):
         if work.exists():
             shutil.rmtree(work)
         (work / "logs").mkdir(parents=True)
+        child = translation_child(self.child_decoder, self.feature_map)
         if args.parent_work:
             trained, data_bin = Path(args.parent_work), Path(args.parent_work) / "data-bin"
         else:
             trained, data_bin = work, work / "data-bin"
             scale = replace(scale, updates=args.updates or scale.updates, seed=args.seed)
             translation.prepare_translation_data(data_bin, scale.vocab, translation.LOCALE_DIRS, min_pairs=scale.min_pairs)
-            for name in (translation.SOFTMAX, TRANSLATION_CHILD):
-                arch, extra = translation.MODELS[name]
-                translation.TranslationBenchmark().train_and_score(work, data_bin, scale, name, arch, extra)
-        parent_path = trained / "checkpoints" / translation.SOFTMAX / "checkpoint_best.pt"
+            translation.TranslationBenchmark().train_and_score(work, data_bin, scale, translation.SOFTMAX,
+                                                               *translation.MODELS[translation.SOFTMAX])
+        parent_path = checkpoint(trained, translation.SOFTMAX)
         parent = parent_training(parent_path)
+        trained_child = trained if checkpoint(trained, child).exists() else work
+        if not checkpoint(trained_child, child).exists():  # the child's configuration from scratch, the parent's budget
+            translation.TranslationBenchmark().train_and_score(
+                work, data_bin, replace(scale, updates=parent["updates"], seed=parent["seed"], lr=parent["lr"]), child,
+                *translation.MODELS[child])
         beam = max(scale.beams)
 
-        def scored(checkpoint: Path, tag: str, updates: int, log: str = "") -> Dict:
-            score = translation.bleu(work, data_bin, checkpoint, tag, beam, scale.device)
+        def scored(checkpoint_path: Path, tag: str, updates: int, log: str = "") -> Dict:
+            score = translation.bleu(work, data_bin, checkpoint_path, tag, beam, scale.device)
             row = {"BLEU": score["BLEU"]["score"], "chrF": score["chrF2"]["score"], "updates": updates,
                    "signatures": {m: score[m]["signature"] for m in ("BLEU", "chrF2")}}
             if log:
@@ -122,32 +148,56 @@ class LinearizeBenchmark(QualityBenchmark):
             say(f"   {tag}: BLEU {row['BLEU']:.2f}, chrF {row['chrF']:.2f} after {updates} updates", "linearize")
             return row
 
-        def logged(name: str) -> str:  # its training log (parameters, curve), if the work folder kept it
-            log = trained / "logs" / f"train-{name}.log"
+        def logged(folder: Path, name: str) -> str:  # its training log (parameters, curve), if the work folder kept it
+            log = folder / "logs" / f"train-{name}.log"
             return log.read_text() if log.exists() else ""
 
-        rows = {"transformer (parent)": scored(parent_path, "parent", parent["updates"], logged(translation.SOFTMAX)),
-                f"{TRANSLATION_CHILD} from scratch": scored(
-                    trained / "checkpoints" / TRANSLATION_CHILD / "checkpoint_best.pt", "scratch", parent["updates"],
-                    logged(TRANSLATION_CHILD))}
+        rows = {"transformer (parent)": scored(parent_path, "parent", parent["updates"],
+                                               logged(trained, translation.SOFTMAX)),
+                f"{child} from scratch": scored(checkpoint(trained_child, child), "scratch", parent["updates"],
+                                                logged(trained_child, child))}
         converted = work / "checkpoints" / "converted.pt"
         summary = fairseq("fairseq-linattn-warm-start", parent_path, converted, "--data", data_bin,
-                          *translation.MODELS[TRANSLATION_CHILD][1], log=work / "logs" / "warm-start.log", echo=None)
+                          *translation.MODELS[child][1], log=work / "logs" / "warm-start.log", echo=None)
         child_flags = re.search(r"fairseq-train DATA --user-dir \S+ (.*) --restore-file", summary).group(1).split()
         rows["converted, no update"] = scored(converted, "converted", 0)
+
+        def finetuned(kind: str, restored_from: Path, percent: float, updates: int, lr: float, criterion=()) -> Dict:
+            """The child trained from ``restored_from`` with the parent's flags (``criterion`` replacing its own when
+            given) under polynomial decay with 10% warm-up, scored: its row, and its best checkpoint under "best"."""
+            flags = without(translation.TRAIN, "--criterion", "--label-smoothing") if criterion else translation.TRAIN
+            save = work / "checkpoints" / f"{kind}{percent:g}"
+            log = fairseq("fairseq-train", data_bin, "--user-dir", USER_DIR, *flags, *criterion, *child_flags,
+                          "--lr", lr, "--lr-scheduler", "polynomial_decay", "--total-num-update", updates,
+                          "--warmup-updates", max(1, updates // 10), "--max-update", updates, "--max-tokens",
+                          parent["max_tokens"], "--seed", parent["seed"], "--restore-file", restored_from,
+                          "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--no-save-optimizer-state",
+                          "--save-dir", save, *scale.device, log=work / "logs" / f"train-{kind}{percent:g}.log")
+            best = save / "checkpoint_best.pt"
+            return {**scored(best, f"{kind}{percent:g}", updates, log), "best": best}
+
+        finetune_lr = parent["lr"] * self.lr_share
+        transfer = self.child_decoder == "kernel"  # a learned map has softmax to imitate; gated-delta's parts have not
         for percent in self.budgets:
             updates = self.updates(parent["updates"], percent)
-            save = work / "checkpoints" / f"finetune{percent}"
-            log = fairseq("fairseq-train", data_bin, "--user-dir", USER_DIR, *translation.TRAIN, *child_flags,
-                          "--lr", parent["lr"] * self.lr_share, "--lr-scheduler", "polynomial_decay",
-                          "--total-num-update", updates,
-                          "--warmup-updates", max(1, updates // 10), "--max-update", updates, "--max-tokens",
-                          parent["max_tokens"], "--seed", parent["seed"], "--restore-file", converted,
-                          "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--no-save-optimizer-state",
-                          "--save-dir", save, *scale.device, log=work / "logs" / f"train-finetune{percent}.log")
-            rows[f"converted + finetune, {percent}%"] = scored(save / "checkpoint_best.pt", f"child{percent}", updates, log)
-        return {"linearize": {"family": "transformer", "parent_updates": parent["updates"], "parent": parent,
-                              "finetune_lr": parent["lr"] * self.lr_share,
+            if not transfer:
+                rows[f"converted + finetune, {percent}%"] = finetuned("finetune", converted, percent, updates,
+                                                                      finetune_lr)
+                continue
+            rows[f"transfer, {percent / 2:g}%"] = transferred = finetuned(
+                "transfer", converted, percent, updates // 2, TRANSFER_LR, ("--criterion", "attention_transfer"))
+            rows[f"transfer + finetune, {percent}%"] = finetuned("finetune", transferred["best"], percent,
+                                                                 updates - updates // 2, finetune_lr)
+        if transfer:  # the transfer ablated at the largest budget
+            percent = self.budgets[-1]
+            rows[f"finetune only (no transfer), {percent}%"] = finetuned(
+                "finetune-only", converted, percent, self.updates(parent["updates"], percent), finetune_lr)
+        for row in rows.values():
+            row.pop("best", None)
+        return {"linearize": {"family": "transformer", "child_decoder": self.child_decoder, "child": child,
+                              "feature_map": self.feature_map if transfer else None,
+                              "parent_updates": parent["updates"], "parent": parent, "finetune_lr": finetune_lr,
+                              "transfer_lr": TRANSFER_LR if transfer else None,
                               "parent_work": str(trained), "rows": rows}}
 
     def stages(self):
@@ -331,15 +381,28 @@ PARENT_NAMES = {"transformer_lm": "transformer_lm", "roberta": "RoBERTa", "trans
 
 
 def existing_translation_work(text: str) -> str:
-    """--parent-work: a bench_translation work folder with the data and both checkpoints this study needs."""
-    needed = [Path(text) / "data-bin" / "dict.en.txt",
-              *(Path(text) / "checkpoints" / name / "checkpoint_best.pt" for name in (translation.SOFTMAX, TRANSLATION_CHILD))]
+    """--parent-work: a bench_translation work folder with the data and the softmax parent (a child configuration
+    it lacks is trained here)."""
+    needed = [Path(text) / "data-bin" / "dict.en.txt", checkpoint(Path(text), translation.SOFTMAX)]
     missing = [str(path) for path in needed if not path.exists()]
     if missing:
         raise argparse.ArgumentTypeError(
-            f"{text} is not a bench_translation work folder with both models ({missing[0]} is missing): run "
+            f"{text} is not a bench_translation work folder with the softmax parent ({missing[0]} is missing): run "
             f"`scripts/bench_translation.py --models softmax,{TRANSLATION_CHILD} --work-dir W` and pass W/default")
     return text
+
+
+def without(flags: List, *names: str) -> List:
+    """``flags`` (option, value pairs and switches) without the options ``names`` and their values."""
+    kept, skip = [], False
+    for flag in flags:
+        if skip:
+            skip = False
+        elif flag in names:
+            skip = True
+        else:
+            kept.append(flag)
+    return kept
 
 
 def parent_training(checkpoint: Path) -> Dict:
@@ -353,31 +416,44 @@ def parent_training(checkpoint: Path) -> Dict:
 
 def render_translation(data):
     result, rows = data["study"]["linearize"], data["study"]["linearize"]["rows"]
-    parent, scratch = rows["transformer (parent)"], rows[f"{TRANSLATION_CHILD} from scratch"]
+    child, feature_map = result.get("child", TRANSLATION_CHILD), result.get("feature_map")
+    parent, scratch = rows["transformer (parent)"], rows[f"{child} from scratch"]
     p = result["parent"]
     table = [[name, f"{row['updates']:,} ({100 * row['updates'] / result['parent_updates']:.3g}%)",
               f"{row['params']:,}" if "params" in row else "–", f"{row['BLEU']:.2f}", f"{row['BLEU'] - parent['BLEU']:+.2f}",
               f"{row['BLEU'] - scratch['BLEU']:+.2f}", f"{row['chrF']:.2f}", f"{row['chrF'] - parent['chrF']:+.2f}"]
              for name, row in rows.items()]
     signatures = parent["signatures"]
-    lines = ["### Linearize: a trained translation transformer converted to a gated-delta decoder, against training "
-             "it from scratch", "",
+    if feature_map:  # a kernel decoder: attention transfer, then finetune
+        what = f"a {feature_map} kernel decoder"
+        how = (f"`fairseq-linattn-warm-start {' '.join(translation.MODELS[child][1])}` (every tensor copied; the "
+               f"decoder's {feature_map} feature maps new, initialised to the identity), then for each budget attention "
+               f"transfer for half its updates (`--criterion attention_transfer`, lr {result['transfer_lr']:g}, only the "
+               f"feature maps) and a finetune for the other half with the parent's flags at lr "
+               f"{result['finetune_lr']:g}, each under polynomial decay (10% warm-up); the finetune alone (no transfer) "
+               "for the largest budget beside them. The from-scratch row is bench_translation's "
+               f"{child} with the same budget as the parent; it and the children have the parent's parameters plus "
+               "the feature maps'.")
+    else:
+        what = "a gated-delta decoder"
+        how = ("`fairseq-linattn-warm-start --encoder-attention softmax --linear-attention gated-delta "
+               "--cross-attention softmax` (every tensor copied; the decoder's gated-delta parts new), then finetuned "
+               f"with the parent's flags at lr {result.get('finetune_lr', p['lr']):g} under polynomial decay (10% "
+               f"warm-up). The from-scratch row is bench_translation's {child} with the same budget as the parent (its "
+               "decoder FFN narrowed to the parent's parameter count; the children keep the parent's FFN).")
+    lines = [f"### Linearize: a trained translation transformer converted to {what}, against training it from scratch",
+             "",
              f"{machine_line(data['machine'], data['load_start'], data['load_end'])}.", "",
              f"The translation study's softmax `transformer` (English -> German message catalogs; trained for "
              f"{result['parent_updates']:,} updates, lr {p['lr']:g}, {p['max_tokens']} tokens per batch, seed {p['seed']}; "
-             f"from `{result['parent_work']}`) converted by `fairseq-linattn-warm-start --encoder-attention softmax "
-             "--linear-attention gated-delta --cross-attention softmax` (every tensor copied; the decoder's gated-delta "
-             f"parts new), then finetuned with the parent's flags at lr {result.get('finetune_lr', p['lr']):g} under "
-             "polynomial decay (10% warm-up). "
-             f"The from-scratch row is bench_translation's {TRANSLATION_CHILD} with the same budget as the parent (its "
-             "decoder FFN narrowed to the parent's parameter count; the children keep the parent's FFN). "
+             f"from `{result['parent_work']}`) converted by {how} "
              f"`fairseq-generate --beam 5` on the test split, detokenised; BLEU `{signatures['BLEU']}`, chrF "
              f"`{signatures['chrF2']}`.", "",
              md_table(["model", "updates (of the parent's)", "parameters", "BLEU", "vs parent", "vs from scratch",
                        "chrF", "chrF vs parent"], table)]
     verdicts = []
     for name, row in rows.items():
-        if name.startswith("converted + finetune"):
+        if name.startswith(("converted + finetune", "transfer + finetune")):
             share = row["updates"] / result["parent_updates"]
             met = share <= 0.1 and row["BLEU"] >= parent["BLEU"] - 0.5 and row["BLEU"] >= scratch["BLEU"]
             verdicts.append(f"goal: {name}: BLEU {row['BLEU']:.2f} vs the parent's {parent['BLEU']:.2f} "

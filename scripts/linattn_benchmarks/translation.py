@@ -53,6 +53,10 @@ MODELS = {
     "softmax-enc+gated-delta+softmax-cross": ("linear_transformer", ["--encoder-attention", "softmax",
                                                                      "--linear-attention", "gated-delta",
                                                                      "--cross-attention", "softmax"]),
+    # a learned feature map in the decoder (what a softmax decoder converts to with attention transfer, bench_linearize)
+    **{f"softmax-enc+{fm}+softmax-cross": ("linear_transformer", ["--encoder-attention", "softmax", "--linear-attention",
+                                                                 "kernel", "--feature-map", fm, "--cross-attention",
+                                                                 "softmax"]) for fm in ("hedgehog", "t2r")},
 }
 DESCRIPTIONS = {
     "softmax": "fairseq's transformer: softmax everywhere",
@@ -60,6 +64,8 @@ DESCRIPTIONS = {
     "gated-delta": "kernel encoder, gated-delta decoder, kernel cross-attention",
     "softmax-enc+gated-delta": "softmax encoder, gated-delta decoder, kernel cross-attention",
     "softmax-enc+gated-delta+softmax-cross": "softmax encoder, gated-delta decoder, softmax cross-attention",
+    **{f"softmax-enc+{fm}+softmax-cross": f"softmax encoder, kernel decoder with the learned {fm} feature map, softmax "
+       "cross-attention" for fm in ("hedgehog", "t2r")},
 }
 SOFTMAX, LINEAR = "softmax", "elu"
 # fairseq's transformer decoding as linear_transformer does (models.decoding.lean_decoding): steps without attention

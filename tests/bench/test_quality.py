@@ -268,12 +268,33 @@ def test_quick_translation_linearize_study_scores_bleu(tmp_path):
     assert all(0 <= row["chrF"] <= 100 and "BLEU" in row for row in study["rows"].values())
     assert "goal: converted + finetune, 50%" in proc.stdout + proc.stderr
 
+    # --child-decoder kernel from that parent (--parent-work): the folder lacks the hedgehog configuration, trained
+    # here with the parent's budget; each budget is attention transfer, then finetune, and the finetune alone beside
+    proc = subprocess.run([sys.executable, os.path.join("scripts", "bench_linearize.py"), "--quick", "--family",
+                           "transformer", "--child-decoder", "kernel", "--budgets", "50", "--parent-work",
+                           str(tmp_path / "work" / "quick"), "--out", str(out), "--work-dir", str(tmp_path / "work2")],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    kernel = json.loads((out / "linearize_transformer_hedgehog.json").read_text())["study"]["linearize"]
+    assert list(kernel["rows"]) == ["transformer (parent)", "softmax-enc+hedgehog+softmax-cross from scratch",
+                                    "converted, no update", "transfer, 25%", "transfer + finetune, 50%",
+                                    "finetune only (no transfer), 50%"]
+    assert kernel["rows"]["transformer (parent)"] == study["rows"]["transformer (parent)"]  # the same parent, rescored
+    assert [kernel["rows"][name]["updates"] for name in list(kernel["rows"])[3:]] == [1, 2, 3]
+    assert (tmp_path / "work2" / "quick" / "checkpoints" / "softmax-enc+hedgehog+softmax-cross").is_dir()
+    transfer_log = (tmp_path / "work2" / "quick" / "logs" / "train-transfer50.log").read_text()
+    assert "attention_transfer" in transfer_log and "task_loss" in transfer_log
+
 
 def test_translation_linearize_options_are_checked_when_parsed(capsys, tmp_path):
     from linattn_benchmarks.linearize import LinearizeBenchmark
 
-    for argv, message in ((["--parent-work", str(tmp_path)], "is not a bench_translation work folder with both models"),
-                          (["--updates", "100"], "--parent-work and --updates are --family transformer's")):
+    for argv, message in ((["--parent-work", str(tmp_path)], "is not a bench_translation work folder with the softmax "
+                                                             "parent"),
+                          (["--updates", "100"], "--parent-work, --updates and --child-decoder are --family "
+                                                 "transformer's"),
+                          (["--child-decoder", "kernel"], "--child-decoder are --family transformer's"),
+                          (["--family", "transformer", "--child-decoder", "softmax"], "invalid choice: 'softmax'")):
         with pytest.raises(SystemExit):
             parse_args(LinearizeBenchmark(), argv)
         assert message in capsys.readouterr().err
