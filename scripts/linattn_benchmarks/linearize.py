@@ -388,7 +388,7 @@ def existing_translation_work(text: str) -> str:
     if missing:
         raise argparse.ArgumentTypeError(
             f"{text} is not a bench_translation work folder with the softmax parent ({missing[0]} is missing): run "
-            f"`scripts/bench_translation.py --models softmax,{TRANSLATION_CHILD} --work-dir W` and pass W/default")
+            "`scripts/bench_translation.py --models softmax --work-dir W` and pass W/default")
     return text
 
 
