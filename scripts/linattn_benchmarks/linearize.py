@@ -162,9 +162,11 @@ class LinearizeBenchmark(QualityBenchmark):
         child_flags = re.search(r"fairseq-train DATA --user-dir \S+ (.*) --restore-file", summary).group(1).split()
         rows["converted, no update"] = scored(converted, "converted", 0)
 
-        def finetuned(kind: str, restored_from: Path, percent: float, updates: int, lr: float, criterion=()) -> Dict:
-            """The child trained from ``restored_from`` with the parent's flags (``criterion`` replacing its own when
-            given) under polynomial decay with 10% warm-up, scored: its row, and its best checkpoint under "best"."""
+        def finetuned(kind: str, restored_from: Path, percent: float, updates: int, lr: float, criterion=(),
+                      before: int = 0) -> Dict:
+            """The child trained from ``restored_from`` (``before`` updates into the child's budget) for ``updates``
+            with the parent's flags (``criterion`` replacing its own when given) under polynomial decay with 10%
+            warm-up, scored: its row (with the child's updates so far), and its best checkpoint under "best"."""
             flags = without(translation.TRAIN, "--criterion", "--label-smoothing") if criterion else translation.TRAIN
             save = work / "checkpoints" / f"{kind}{percent:g}"
             log = fairseq("fairseq-train", data_bin, "--user-dir", USER_DIR, *flags, *criterion, *child_flags,
@@ -174,7 +176,7 @@ class LinearizeBenchmark(QualityBenchmark):
                           "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--no-save-optimizer-state",
                           "--save-dir", save, *scale.device, log=work / "logs" / f"train-{kind}{percent:g}.log")
             best = save / "checkpoint_best.pt"
-            return {**scored(best, f"{kind}{percent:g}", updates, log), "best": best}
+            return {**scored(best, f"{kind}{percent:g}", before + updates, log), "best": best}
 
         finetune_lr = parent["lr"] * self.lr_share
         transfer = self.child_decoder == "kernel"  # a learned map has softmax to imitate; gated-delta's parts have not
@@ -187,7 +189,8 @@ class LinearizeBenchmark(QualityBenchmark):
             rows[f"transfer, {percent / 2:g}%"] = transferred = finetuned(
                 "transfer", converted, percent, updates // 2, TRANSFER_LR, ("--criterion", "attention_transfer"))
             rows[f"transfer + finetune, {percent}%"] = finetuned("finetune", transferred["best"], percent,
-                                                                 updates - updates // 2, finetune_lr)
+                                                                 updates - updates // 2, finetune_lr,
+                                                                 before=updates // 2)
         if transfer:  # the transfer ablated at the largest budget
             percent = self.budgets[-1]
             rows[f"finetune only (no transfer), {percent}%"] = finetuned(
