@@ -30,7 +30,7 @@ import re
 import shutil
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 from . import translation
 from .fairseq_runs import USER_DIR, fairseq, parameter_count, say, valid_curve
@@ -40,11 +40,12 @@ from .report import md_table, pyplot, titled
 from .runner import ROOT, entry_point, positive_float, positive_int, positive_list
 from .translation import checkpoint
 
-FEATURE_MAPS = ("hedgehog", "t2r")
+FEATURE_MAPS = translation.LEARNED_FEATURE_MAPS
 FAMILIES = ("transformer_lm", "roberta", "transformer")
 TRANSLATION_CHILD = "softmax-enc+gated-delta+softmax-cross"  # bench_translation's name of the child configuration
 CHILD_DECODERS = ("gated-delta", "kernel")  # --family transformer: the child decoder's self-attention
 ROBERTA_CHILD = "linear_roberta_base"
+ATTENTION_TRANSFER = ("--criterion", "attention_transfer")
 TRANSFER_LR = 1e-2  # only the feature maps train: a map starts as a fixed one and has far to go
 # the finetune's learning rate, as a share of the parent's: every weight trains, most of them already trained (the
 # translation child, whose decoder's gated-delta parts start from scratch, did better at the parent's own: 1e-3
@@ -163,40 +164,37 @@ class LinearizeBenchmark(QualityBenchmark):
         rows["converted, no update"] = scored(converted, "converted", 0)
 
         def finetuned(kind: str, restored_from: Path, percent: float, updates: int, lr: float, criterion=(),
-                      before: int = 0) -> Dict:
+                      before: int = 0) -> Tuple[Dict, Path]:
             """The child trained from ``restored_from`` (``before`` updates into the child's budget) for ``updates``
-            with the parent's flags (``criterion`` replacing its own when given) under polynomial decay with 10%
-            warm-up, scored: its row (with the child's updates so far), and its best checkpoint under "best"."""
-            flags = without(translation.TRAIN, "--criterion", "--label-smoothing") if criterion else translation.TRAIN
+            with the parent's flags (``criterion`` in place of its own when given) under polynomial decay with 10%
+            warm-up: its row (with the child's updates so far) and its best checkpoint."""
             save = work / "checkpoints" / f"{kind}{percent:g}"
-            log = fairseq("fairseq-train", data_bin, "--user-dir", USER_DIR, *flags, *criterion, *child_flags,
-                          "--lr", lr, "--lr-scheduler", "polynomial_decay", "--total-num-update", updates,
+            log = fairseq("fairseq-train", data_bin, "--user-dir", USER_DIR, *translation.TRAIN_FLAGS,
+                          *(criterion or translation.CRITERION), *child_flags, "--lr", lr, "--lr-scheduler",
+                          "polynomial_decay", "--total-num-update", updates,
                           "--warmup-updates", max(1, updates // 10), "--max-update", updates, "--max-tokens",
                           parent["max_tokens"], "--seed", parent["seed"], "--restore-file", restored_from,
                           "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--no-save-optimizer-state",
                           "--save-dir", save, *scale.device, log=work / "logs" / f"train-{kind}{percent:g}.log")
             best = save / "checkpoint_best.pt"
-            return {**scored(best, f"{kind}{percent:g}", before + updates, log), "best": best}
+            return scored(best, f"{kind}{percent:g}", before + updates, log), best
 
         finetune_lr = parent["lr"] * self.lr_share
         transfer = self.child_decoder == "kernel"  # a learned map has softmax to imitate; gated-delta's parts have not
         for percent in self.budgets:
             updates = self.updates(parent["updates"], percent)
-            if not transfer:
-                rows[f"converted + finetune, {percent}%"] = finetuned("finetune", converted, percent, updates,
-                                                                      finetune_lr)
-                continue
-            rows[f"transfer, {percent / 2:g}%"] = transferred = finetuned(
-                "transfer", converted, percent, updates // 2, TRANSFER_LR, ("--criterion", "attention_transfer"))
-            rows[f"transfer + finetune, {percent}%"] = finetuned("finetune", transferred["best"], percent,
-                                                                 updates - updates // 2, finetune_lr,
-                                                                 before=updates // 2)
+            if transfer:
+                rows[f"transfer, {percent / 2:g}%"], transferred = finetuned(
+                    "transfer", converted, percent, updates // 2, TRANSFER_LR, ATTENTION_TRANSFER)
+                rows[f"transfer + finetune, {percent}%"], _ = finetuned(
+                    "finetune", transferred, percent, updates - updates // 2, finetune_lr, before=updates // 2)
+            else:
+                rows[f"converted + finetune, {percent}%"], _ = finetuned("finetune", converted, percent, updates,
+                                                                         finetune_lr)
         if transfer:  # the transfer ablated at the largest budget
             percent = self.budgets[-1]
-            rows[f"finetune only (no transfer), {percent}%"] = finetuned(
+            rows[f"finetune only (no transfer), {percent}%"], _ = finetuned(
                 "finetune-only", converted, percent, self.updates(parent["updates"], percent), finetune_lr)
-        for row in rows.values():
-            row.pop("best", None)
         return {"linearize": {"family": "transformer", "child_decoder": self.child_decoder, "child": child,
                               "feature_map": self.feature_map if transfer else None,
                               "parent_updates": parent["updates"], "parent": parent, "finetune_lr": finetune_lr,
@@ -273,7 +271,7 @@ class LinearizeBenchmark(QualityBenchmark):
         finetune_lr = lr * self.lr_share
         for percent in self.budgets:
             updates = self.updates(parent_updates, percent)
-            transfer = trained("transfer", percent, ["--criterion", "attention_transfer"], converted, updates // 2,
+            transfer = trained("transfer", percent, list(ATTENTION_TRANSFER), converted, updates // 2,
                                TRANSFER_LR)
             if transfer_rows:
                 rows[f"transfer, {percent / 2:g}%"] = scored(transfer, updates // 2, f"transfer{percent}")
@@ -393,19 +391,6 @@ def existing_translation_work(text: str) -> str:
             f"{text} is not a bench_translation work folder with the softmax parent ({missing[0]} is missing): run "
             "`scripts/bench_translation.py --models softmax --work-dir W` and pass W/default")
     return text
-
-
-def without(flags: List, *names: str) -> List:
-    """``flags`` (option, value pairs and switches) without the options ``names`` and their values."""
-    kept, skip = [], False
-    for flag in flags:
-        if skip:
-            skip = False
-        elif flag in names:
-            skip = True
-        else:
-            kept.append(flag)
-    return kept
 
 
 def parent_training(checkpoint: Path) -> Dict:

@@ -40,6 +40,7 @@ from .machine import machine_line
 from .report import curve_axes, log_axes, md_table, pyplot, titled
 from .runner import ROOT, Study, entry_point, names_among, no_gpu_for, positive_int
 
+LEARNED_FEATURE_MAPS = ("hedgehog", "t2r")  # the --feature-map choices with weights of their own (a conversion's)
 # name -> (arch, its attention per role): the softmax baseline, then linear_transformer's configurations
 MODELS = {
     "softmax": ("transformer", []),
@@ -56,7 +57,7 @@ MODELS = {
     # a learned feature map in the decoder (what a softmax decoder converts to with attention transfer, bench_linearize)
     **{f"softmax-enc+{fm}+softmax-cross": ("linear_transformer", ["--encoder-attention", "softmax", "--linear-attention",
                                                                  "kernel", "--feature-map", fm, "--cross-attention",
-                                                                 "softmax"]) for fm in ("hedgehog", "t2r")},
+                                                                 "softmax"]) for fm in LEARNED_FEATURE_MAPS},
 }
 DESCRIPTIONS = {
     "softmax": "fairseq's transformer: softmax everywhere",
@@ -65,7 +66,7 @@ DESCRIPTIONS = {
     "softmax-enc+gated-delta": "softmax encoder, gated-delta decoder, kernel cross-attention",
     "softmax-enc+gated-delta+softmax-cross": "softmax encoder, gated-delta decoder, softmax cross-attention",
     **{f"softmax-enc+{fm}+softmax-cross": f"softmax encoder, kernel decoder with the learned {fm} feature map, softmax "
-       "cross-attention" for fm in ("hedgehog", "t2r")},
+       "cross-attention" for fm in LEARNED_FEATURE_MAPS},
 }
 SOFTMAX, LINEAR = "softmax", "elu"
 # fairseq's transformer decoding as linear_transformer does (models.decoding.lean_decoding): steps without attention
@@ -106,12 +107,14 @@ SCALES = {
                  validations=10, lengths=(256, 1024, 4096, 16384), device=("--fp16",)),
 }
 
-TRAIN = ["--task", "translation", "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
-         "--lr-scheduler", "inverse_sqrt", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-         "--dropout", "0.1", "--weight-decay", "0.0001", "--clip-norm", "0.0", "--num-workers", "0",
-         "--log-format", "simple", "--no-epoch-checkpoints", "--no-last-checkpoints",
-         # sinusoidal positions: the limits only let the speed runs go to 4K tokens
-         "--max-source-positions", "16384", "--max-target-positions", "16384"]
+CRITERION = ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"]
+# fairseq-train's flags for every model, the criterion apart (a conversion's attention transfer brings its own)
+TRAIN_FLAGS = ["--task", "translation", "--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9,0.98)",
+               "--lr-scheduler", "inverse_sqrt", "--dropout", "0.1", "--weight-decay", "0.0001", "--clip-norm", "0.0",
+               "--num-workers", "0", "--log-format", "simple", "--no-epoch-checkpoints", "--no-last-checkpoints",
+               # sinusoidal positions: the limits only let the speed runs go to 4K tokens
+               "--max-source-positions", "16384", "--max-target-positions", "16384"]
+TRAIN = [*TRAIN_FLAGS, *CRITERION]
 GENERATED = re.compile(r"Translated ([0-9,]+) sentences \(([0-9,]+) tokens\) in [0-9.]+s \(([0-9.]+) sentences/s, "
                        r"([0-9.]+) tokens/s\)")
 
