@@ -28,10 +28,15 @@ SOURCE, TARGET = "en", "de"
 
 def prepare_translation_data(destdir: str | Path, vocab_size: int = DEFAULT_VOCAB_SIZE,
                              locale_dirs: Sequence[str | Path] = LOCALE_DIRS, python_packages: bool = False,
-                             seed: int = 1, workers: int = 2, min_pairs: int = MIN_PAIRS) -> dict:
+                             seed: int = 1, workers: int = 2, min_pairs: int = MIN_PAIRS,
+                             test_pairs: int | None = None) -> dict:
     """Write the data-bin (see the module doc); returns the pairs per split. Too few catalogs are an error
-    before anything is written, and destdir is written whole or not at all (:mod:`.output_folder`)."""
+    before anything is written, and destdir is written whole or not at all (:mod:`.output_folder`).
+    ``test_pairs`` keeps the test split's first pairs only (smoke runs: a model trained for a few updates
+    generates to its length limit, so the whole test split would take minutes per beam)."""
     splits = split_by_catalog(collect(TARGET, locale_dirs, python_packages, min_pairs), seed)
+    if test_pairs is not None:
+        splits["test"] = splits["test"][:test_pairs]
     with staged(destdir) as staging:
         raw = staging / "raw"
         counts = write_splits(splits, raw, SOURCE, TARGET)

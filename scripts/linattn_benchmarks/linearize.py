@@ -128,7 +128,8 @@ class LinearizeBenchmark(QualityBenchmark):
         else:
             trained, data_bin = work, work / "data-bin"
             scale = replace(scale, updates=args.updates or scale.updates, seed=args.seed)
-            translation.prepare_translation_data(data_bin, scale.vocab, translation.LOCALE_DIRS, min_pairs=scale.min_pairs)
+            translation.prepare_translation_data(data_bin, scale.vocab, translation.LOCALE_DIRS, min_pairs=scale.min_pairs,
+                                                 test_pairs=scale.test_pairs)
             translation.TranslationBenchmark().train_and_score(work, data_bin, scale, translation.SOFTMAX,
                                                                *translation.MODELS[translation.SOFTMAX])
         parent_path = checkpoint(trained, translation.SOFTMAX)

@@ -30,7 +30,7 @@ import subprocess
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from fairseq_linattn.data.catalogs import LOCALE_DIRS
 from fairseq_linattn.data.translation_data import prepare_translation_data
@@ -90,6 +90,7 @@ class Scale:
     lengths: Tuple[int, ...]  # source + target lengths of the speed-at-length runs
     beams: Tuple[int, ...] = (1, 5)
     min_pairs: int = 5000
+    test_pairs: Optional[int] = None  # the test split's first pairs only (None: all of it)
     seed: int = 1  # every training run's (--seed: another seed for the spread)
     device: Tuple[str, ...] = ("--cpu",)
 
@@ -100,7 +101,7 @@ class Scale:
 
 SCALES = {
     "quick": Scale(vocab=500, layers=1, dim=32, heads=2, updates=6, max_tokens=1024, lr=2e-3, warmup=2, validations=1,
-                   lengths=(64, 256), min_pairs=500),
+                   lengths=(64, 256), min_pairs=500, test_pairs=50),
     "default": Scale(vocab=4000, layers=2, dim=256, heads=4, updates=500, max_tokens=4096, lr=1e-3, warmup=150,
                      validations=4, lengths=(256, 1024, 4096)),
     "gpu": Scale(vocab=8000, layers=6, dim=512, heads=8, updates=20000, max_tokens=8192, lr=5e-4, warmup=4000,
@@ -178,7 +179,7 @@ class TranslationBenchmark(Study):
         out = data.setdefault("study", {"scale": asdict(scale)})
         data_bin = work / "data-bin"
         out["pairs"] = prepare_translation_data(data_bin, scale.vocab, args.locale_dir or LOCALE_DIRS,
-                                                min_pairs=scale.min_pairs)
+                                                min_pairs=scale.min_pairs, test_pairs=scale.test_pairs)
         say(f"data: {out['pairs']}", "translation")
         if baseline and baseline["study"]["pairs"] != out["pairs"]:
             raise SystemExit(f"error: --baseline-from {baseline['path']} was trained on other data "

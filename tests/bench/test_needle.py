@@ -102,8 +102,8 @@ def test_lms_from_must_be_a_study_folder_holding_the_models(tmp_path, capsys):
 def test_quick_run_writes_the_table(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_needle.py"), "--quick", "--out",
-                           str(tmp_path), "--work-dir", str(tmp_path / "work")], capture_output=True, text=True,
-                          env=env, timeout=900)
+                           str(tmp_path), "--work-dir", str(tmp_path / "work"), "--threads", "1"],
+                          capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     study = json.loads((tmp_path / "needle.json").read_text())["study"]
     assert study["multiples"] == [2, 4] and len(study["depths"]) == 4
@@ -120,8 +120,8 @@ def test_quick_run_writes_the_table(tmp_path):
     # the same LMs scored again from the study's folder (--lms-from): nothing trained, the same numbers
     again = tmp_path / "again"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_needle.py"), "--quick", "--out",
-                           str(again), "--lms-from", str(tmp_path / "work" / "quick")], capture_output=True, text=True,
-                          env=env, timeout=900)
+                           str(again), "--lms-from", str(tmp_path / "work" / "quick"), "--threads", "1"],
+                          capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "fairseq-train" not in proc.stdout and "updates in" not in proc.stdout
     rescored = json.loads((again / "needle.json").read_text())["study"]["models"]

@@ -165,7 +165,7 @@ def test_quick_run_writes_every_part(tmp_path):
     out, work = tmp_path / "results", tmp_path / "work"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_quality.py"), "--quick", "--out", str(out),
-                           "--work-dir", str(work)], capture_output=True, text=True, env=env, timeout=900)
+                           "--work-dir", str(work), "--threads", "1"], capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     markdown = (out / "quality.md").read_text()
     for section in ("Masked LM", "Finetuning", "Length at fixed k", "Causal LM", "Length extrapolation",
@@ -193,8 +193,8 @@ def test_quick_mechanism_study_writes_its_table(tmp_path):
 
     def study(*extra):
         proc = subprocess.run([sys.executable, os.path.join("scripts", "bench_quality_mechanisms.py"), "--quick",
-                               "--out", str(out), "--work-dir", str(tmp_path / "work"), *extra], capture_output=True,
-                              text=True, timeout=900,
+                               "--out", str(out), "--work-dir", str(tmp_path / "work"), "--threads", "1", *extra],
+                              capture_output=True, text=True, timeout=900,
                               cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc, json.loads((out / "quality_mechanisms.json").read_text())["study"]
@@ -219,7 +219,8 @@ def test_quick_linearize_study_writes_its_table(tmp_path):
     two budgets, the finetune alone and the linear model from scratch, each scored by fairseq-eval-lm."""
     out = tmp_path / "results"
     proc = subprocess.run([sys.executable, os.path.join("scripts", "bench_linearize.py"), "--quick", "--out", str(out),
-                           "--work-dir", str(tmp_path / "work")], capture_output=True, text=True, timeout=900,
+                           "--work-dir", str(tmp_path / "work"), "--threads", "1"],
+                          capture_output=True, text=True, timeout=900,
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads((out / "linearize.json").read_text())["study"]["linearize"]["rows"]
@@ -236,8 +237,8 @@ def test_quick_roberta_linearize_study_scores_perplexity_and_classification(tmp_
     masked-LM perplexity and by the docstring classification's dev accuracy after the same finetune."""
     out = tmp_path / "results"
     proc = subprocess.run([sys.executable, os.path.join("scripts", "bench_linearize.py"), "--quick", "--family",
-                           "roberta", "--out", str(out), "--work-dir", str(tmp_path / "work")], capture_output=True,
-                          text=True, timeout=900, cwd=ROOT)
+                           "roberta", "--out", str(out), "--work-dir", str(tmp_path / "work"), "--threads", "1"],
+                          capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads((out / "linearize_roberta.json").read_text())["study"]["linearize"]
     rows = result["rows"]
@@ -258,7 +259,8 @@ def test_quick_translation_linearize_study_scores_bleu(tmp_path):
     finetuned for each budget, every row (the same configuration from scratch too) scored by BLEU and chrF."""
     out = tmp_path / "results"
     proc = subprocess.run([sys.executable, os.path.join("scripts", "bench_linearize.py"), "--quick", "--family",
-                           "transformer", "--budgets", "50", "--out", str(out), "--work-dir", str(tmp_path / "work")],
+                           "transformer", "--budgets", "50", "--out", str(out), "--work-dir", str(tmp_path / "work"),
+                           "--threads", "1"],
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     study = json.loads((out / "linearize_transformer.json").read_text())["study"]["linearize"]
@@ -267,12 +269,15 @@ def test_quick_translation_linearize_study_scores_bleu(tmp_path):
     assert study["parent"]["updates"] == 6 and study["rows"]["converted + finetune, 50%"]["updates"] == 3
     assert all(0 <= row["chrF"] <= 100 and "BLEU" in row for row in study["rows"].values())
     assert "goal: converted + finetune, 50%" in proc.stdout + proc.stderr
+    # the quick scale scores the test split's first 50 pairs: its barely trained models generate to the length limit
+    assert len((tmp_path / "work" / "quick" / "data-bin" / "raw" / "test.de").read_text().splitlines()) == 50
 
     # --child-decoder kernel from that parent (--parent-work): the folder lacks the hedgehog configuration, trained
     # here with the parent's budget; each budget is attention transfer, then finetune, and the finetune alone beside
     proc = subprocess.run([sys.executable, os.path.join("scripts", "bench_linearize.py"), "--quick", "--family",
                            "transformer", "--child-decoder", "kernel", "--budgets", "50", "--parent-work",
-                           str(tmp_path / "work" / "quick"), "--out", str(out), "--work-dir", str(tmp_path / "work2")],
+                           str(tmp_path / "work" / "quick"), "--out", str(out), "--work-dir", str(tmp_path / "work2"),
+                           "--threads", "1"],
                           capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
     kernel = json.loads((out / "linearize_transformer_hedgehog.json").read_text())["study"]["linearize"]

@@ -147,7 +147,7 @@ def test_a_width_the_heads_do_not_divide_is_one_line(capsys):
 def test_quick_run_writes_the_tables_and_reads_finished_runs_back(tmp_path):
     (tmp_path / "cwd").mkdir()
     command = [sys.executable, os.path.join(ROOT, "scripts", "bench_recall.py"), "--quick", "--out", str(tmp_path),
-               "--work-dir", str(tmp_path / "work")]
+               "--work-dir", str(tmp_path / "work"), "--threads", "1"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     first = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path / "cwd")
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
@@ -176,7 +176,7 @@ def test_quick_run_writes_the_tables_and_reads_finished_runs_back(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     merged = subprocess.run([*command[:2], "--quick", "--out", str(elsewhere), "--work-dir", str(elsewhere / "work"),
                              "--earlier", str(tmp_path / "recall.json"), "--no-train",
-                             "--lrs", ",".join(f"{lr:g}" for lr in (*quick.lrs, 0.0123))],
+                             "--lrs", ",".join(f"{lr:g}" for lr in (*quick.lrs, 0.0123)), "--threads", "1"],
                             capture_output=True, text=True, env=env, timeout=900)
     assert merged.returncode == 0, merged.stdout[-3000:] + merged.stderr[-3000:]
     assert not list((elsewhere / "work").rglob("*.log"))

@@ -99,7 +99,7 @@ def test_quick_run_writes_the_tables(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_translation.py"), "--quick", "--out", str(out),
                            "--work-dir", str(work), "--locale-dir", str(locale), "--max-wait", "0",
-                           "--models", "elu,softmax-enc+gated-delta"],
+                           "--models", "elu,softmax-enc+gated-delta", "--threads", "1"],
                           capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     markdown = (out / "translation.md").read_text()
@@ -123,7 +123,7 @@ def test_quick_run_writes_the_tables(tmp_path):
     # the generation timed again from the run's checkpoints, the rest kept
     retimed = tmp_path / "retimed"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_translation.py"), "--retime",
-                           str(out / "translation.json"), "--out", str(retimed), "--max-wait", "0"],
+                           str(out / "translation.json"), "--out", str(retimed), "--max-wait", "0", "--threads", "1"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     again = json.loads((retimed / "translation.json").read_text())
@@ -136,7 +136,7 @@ def test_quick_run_writes_the_tables(tmp_path):
     again_out, again_work = tmp_path / "results2", tmp_path / "work2"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_translation.py"), "--quick", "--out",
                            str(again_out), "--work-dir", str(again_work), "--locale-dir", str(locale), "--max-wait", "0",
-                           "--models", "gated-delta", "--baseline-from", str(out / "translation.json")],
+                           "--models", "gated-delta", "--baseline-from", str(out / "translation.json"), "--threads", "1"],
                           capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     reused = json.loads((again_out / "translation.json").read_text())["study"]
