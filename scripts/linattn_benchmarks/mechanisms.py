@@ -6,13 +6,18 @@ with it.
     python scripts/bench_mechanisms.py --quick              # n = 256, 512, few repeats (development, tests)
     python scripts/bench_mechanisms.py --lengths 4096 --no-memory
 
-Two parts, at every n of ``--lengths``:
+Three parts, at every n of ``--lengths``:
 
 * ``op``: forward + backward of each mechanism's chunked op (chunk 64), batch 1, 8 heads, head dim 64, fp32,
   on inputs made the way the model makes them (the feature map, normalisation and gates are computed outside
   the timed call, as :mod:`.causal_op` does: they are leaves that get gradients, except constants the model
   keeps as buffers). Each mechanism says how, in its ``benchmark_op`` (``KernelAttention.benchmark_op`` and
   the modules of ``fairseq_linattn/attention/mechanisms/``); the table's note lists them.
+
+* ``products``: the op part's matrix products and triangular solves alone, forward and backward, replayed in
+  order on inputs of the same sizes and strides (:mod:`.products`): the floor under the op's time that no fusion of
+  its element-wise work can lower, on this machine and thread count. Its ratio to kernel attention's whole op says
+  whether a target such as "within 2x" is reachable without fewer or cheaper products.
 
 * ``step``: one training step (fairseq ``cross_entropy`` forward + backward + fairseq Adam, fp32, batch 1,
   n tokens) of ``linear_transformer_lm --linear-attention <mechanism>`` (each with its defaults: short
@@ -35,6 +40,7 @@ from fairseq_linattn.attention.recurrent_state import linear_attentions
 from .causal_op import forward_backward, rss_added
 from .lm_training import Trainer, build_case, config, make_sample
 from .machine import machine_line
+from .products import products_call
 from .report import fmt_mb, fmt_ms, fmt_x, log_axes, md_table, pyplot, titled
 from .runner import Benchmark, entry_point, measured, names_among, positive_ints
 
@@ -42,7 +48,8 @@ BASELINE = KERNEL_ATTENTION
 CLASSES = {KERNEL_ATTENTION: KernelAttention, **linear_attentions()}  # the registry: nothing to list here
 MECHANISMS = list(CLASSES)
 REFERENCE = "transformer_lm"  # the step part only
-PARTS = ["op", "step"]
+PARTS = ["op", "products", "step"]
+TIMED = ["op", "step"]  # the parts the verdict weighs (products: the op's floor, said beside it)
 
 
 # ------------------------------------------------------------------------------------------------ op part
@@ -105,7 +112,8 @@ class MechanismsBenchmark(Benchmark):
 
     def add_args(self, parser):
         parser.add_argument("--lengths", type=positive_ints, default="1024,2048,4096")
-        parser.add_argument("--parts", type=names_among(PARTS), default=list(PARTS), help="op,step or one of them")
+        parser.add_argument("--parts", type=names_among(PARTS), default=list(PARTS),
+                            help="comma-separated, among " + ",".join(PARTS) + " (default: all)")
         parser.add_argument("--within", type=float, default=2.0,
                             help="verdict: a mechanism's op and step time at most this multiple of kernel attention's")
         group = parser.add_argument_group("op part")
@@ -127,12 +135,17 @@ class MechanismsBenchmark(Benchmark):
         n, kw = point["n"], vars(args)
         if point["part"] == "op":
             return {mechanism: op_call(mechanism, n, kw) for mechanism in MECHANISMS}
+        if point["part"] == "products":
+            return {mechanism: products_call(op_call(mechanism, n, kw)) for mechanism in MECHANISMS}
         trainers = {case: step_trainer(case, n, kw) for case in [*MECHANISMS, REFERENCE]}
         self.parameters = {case: parameters(trainer) for case, trainer in trainers.items()}
         return {case: trainer.step for case, trainer in trainers.items()}
 
     def timing(self, args, point, history):
         return dict(warmup=args.warmup, repeats=args.repeats, budget_s=args.budget, min_repeats=min(3, args.repeats))
+
+    def measures_memory(self, point):
+        return point["part"] != "products"  # replayed products: no allocation pattern of the op's own
 
     def after_point(self, args, point, cases, data):
         if point["part"] == "step":
@@ -151,6 +164,12 @@ def slowdown(row):
     return None if not speedup else 1.0 / speedup
 
 
+def products_floor(results, n, case):
+    """The case's matrix products alone (median) / kernel attention's whole op (median) at n, or None."""
+    products, base = measured(results, part="products", n=n, case=case), measured(results, part="op", n=n, case=BASELINE)
+    return products["median_s"] / base["median_s"] if products and base else None
+
+
 def render(data):
     results, args = data["results"], data["args"]
     lengths = sorted({r["n"] for r in results})
@@ -165,7 +184,10 @@ def render(data):
         f"all but {BASELINE}) and fairseq's transformer_lm, {args['layers']} layers, d={args['dim']}, "
         f"{args['heads']} heads, FFN {args['ffn']}, batch 1; one step = fairseq `cross_entropy` forward + backward "
         f"+ Adam, fp32. Time: median of interleaved repeats (runs: how many); x {BASELINE}: median / {BASELINE}'s "
-        "median at the same n; memory: peak RSS added in a fresh process (Δ).", "",
+        "median at the same n; memory: peak RSS added in a fresh process (Δ). Products: the op's matrix products and "
+        "triangular solves alone, forward and backward, replayed on inputs of the same sizes and strides (the floor "
+        f"under the op's time that no fusion of its element-wise work lowers); x {BASELINE} op: their median / "
+        f"{BASELINE}'s whole op's.", "",
     ]
     params = data.get("parameters") or {}
     rows = []
@@ -175,14 +197,18 @@ def render(data):
             if op is None and step is None:
                 continue
             cells = [n, case]
+            products, floor = measured(results, part="products", n=n, case=case), products_floor(results, n, case)
             for r in (op, step):
                 cells += ["–", "", "–", "–"] if r is None else [
                     fmt_ms(r["median_s"]), len(r["times_s"]), fmt_x(slowdown(r)),
                     fmt_mb(r["memory"].get("delta_mb")) if "error" not in r["memory"] else r["memory"]["error"][:40]]
+                if r is op:
+                    cells += [fmt_ms(products["median_s"]) if products else "–", fmt_x(floor) if floor else "–"]
             cells.append(f"{params[case] / 1e6:.2f} M" if case in params else "–")
             rows.append(cells)
-    lines.append(md_table(["n", "mechanism", "op fwd+bwd", "runs", f"op x {BASELINE}", "op peak Δ",
-                           "train step", "runs", f"step x {BASELINE}", "step peak Δ", "parameters"], rows))
+    lines.append(md_table(["n", "mechanism", "op fwd+bwd", "runs", f"op x {BASELINE}", "op peak Δ", "products",
+                           f"products x {BASELINE} op", "train step", "runs", f"step x {BASELINE}", "step peak Δ",
+                           "parameters"], rows))
     verdicts = verdict_lines(results, args["within"])
     lines += ["", *[f"- {v}" for v in verdicts]]
     return "\n".join(lines), verdicts
@@ -195,7 +221,7 @@ def verdict_lines(results, within):
     n = max(r["n"] for r in results)
     lines = []
     for mechanism in MECHANISMS[1:]:
-        ratios = {part: slowdown(measured(results, part=part, n=n, case=mechanism)) for part in PARTS}
+        ratios = {part: slowdown(measured(results, part=part, n=n, case=mechanism)) for part in TIMED}
         measured_ratios = {part: x for part, x in ratios.items() if x is not None}
         if not measured_ratios:
             lines.append(f"n={n}: {mechanism}: not measured")
@@ -203,24 +229,34 @@ def verdict_lines(results, within):
         worst = max(measured_ratios.values())
         text = ", ".join(f"{'op' if part == 'op' else 'training step'} {fmt_x(x)} {BASELINE}'s time"
                          for part, x in measured_ratios.items())
-        missing = [part for part in PARTS if part not in measured_ratios]
+        missing = [part for part in TIMED if part not in measured_ratios]
         verdict = f"within {within:g}x of {BASELINE}" if worst <= within else f"NOT within {within:g}x of {BASELINE}"
+        floor = products_floor(results, n, mechanism)
         lines.append(f"n={n}: {mechanism}: {text}: {verdict}"
-                     + (f" ({' and '.join(missing)} not measured)" if missing else ""))
+                     + (f" ({' and '.join(missing)} not measured)" if missing else "")
+                     + (f" (its op's matrix products alone: {fmt_x(floor)} {BASELINE}'s whole op)" if floor else ""))
     return lines
 
 
 def plot(data):
     plt = pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, part, ylabel in ((axes[0], "op", "op forward + backward, ms"), (axes[1], "step", "training step, ms")):
+
+    def curve(part, case):
+        rows = [r for r in data["results"] if r.get("part") == part and r["case"] == case and "skipped" not in r]
+        return [r["n"] for r in rows], [r["median_s"] * 1e3 for r in rows]
+
+    for ax, part, ylabel in ((axes[0], "op", "op forward + backward, ms (dotted: its products alone)"),
+                             (axes[1], "step", "training step, ms")):
         for case in [*MECHANISMS, REFERENCE]:
-            rows = [r for r in data["results"] if r.get("part") == part and r["case"] == case and "skipped" not in r]
-            if rows:
-                ax.plot([r["n"] for r in rows], [r["median_s"] * 1e3 for r in rows], marker="o", label=case,
-                        linestyle="--" if case == REFERENCE else "-")
+            x, y = curve(part, case)
+            if x:
+                line, = ax.plot(x, y, marker="o", label=case, linestyle="--" if case == REFERENCE else "-")
+                if part == "op":
+                    ax.plot(*curve("products", case), linestyle=":", color=line.get_color())
         log_axes(ax, "sequence length n (batch 1)", ylabel)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # a part not measured (--parts) leaves its panel empty
+            ax.legend(fontsize=8)
     return titled(fig, "Causal mechanisms: time vs n", data)
 
 

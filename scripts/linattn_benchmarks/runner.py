@@ -71,6 +71,10 @@ class Benchmark:
     # process per case; None: no memory column
     memory_worker: Optional[Callable] = None
 
+    def measures_memory(self, point: Dict) -> bool:
+        """Whether ``memory_worker`` measures the cases at ``point`` (a part with nothing to say skips the processes)."""
+        return True
+
     def after_point(self, args, point: Dict, cases: Dict[str, Case], data: Dict):
         """While the point's cases are still built: profiles, cross-checks (write them into ``data``)."""
 
@@ -284,7 +288,7 @@ def _measure_points(benchmark: Benchmark, args, data: Dict):
         rows = []
         for name, ts in times.items():
             memory = {}
-            if benchmark.memory_worker is not None and not args.no_memory:
+            if benchmark.memory_worker is not None and not args.no_memory and benchmark.measures_memory(point):
                 memory = measure.isolated(benchmark.memory_worker, vars(args), point, name, threads=args.threads)
             rows.append({**point, "case": name, "times_s": ts, "median_s": measure.median(ts), "best_s": min(ts),
                          "memory": memory})
