@@ -11,9 +11,10 @@ from typing import Callable, List, Tuple
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# the aten operations that multiply or solve with matrices (any overload: in place, out=, functional)
+# the aten operations that multiply or solve with matrices (any overload: in place, out=, functional); matmul is not
+# among them: it is decomposed into these before a dispatch mode sees it
 PRODUCTS = {"mm", "bmm", "addmm", "baddbmm", "addbmm", "addmm_", "baddbmm_", "addbmm_", "linalg_solve_triangular",
-            "matmul", "dot", "mv"}
+            "dot", "mv"}
 
 Recorded = Tuple[object, tuple, dict]  # (aten overload, args, kwargs) with each tensor replaced by its layout
 
@@ -45,6 +46,10 @@ def _map_tensors(value, fn, kind=torch.Tensor, path=()):
     return value
 
 
+def _layout_of(tensor: torch.Tensor, path) -> _Layout:
+    return _Layout(tensor)
+
+
 class _Recorder(TorchDispatchMode):
     def __init__(self):
         super().__init__()
@@ -53,10 +58,7 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func.overloadpacket.__name__ in PRODUCTS:
-            def layout(tensor, path):
-                return _Layout(tensor)
-
-            self.calls.append((func, _map_tensors(args, layout), _map_tensors(kwargs, layout)))
+            self.calls.append((func, _map_tensors(args, _layout_of), _map_tensors(kwargs, _layout_of)))
         return func(*args, **kwargs)
 
 
