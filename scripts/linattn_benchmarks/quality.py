@@ -257,7 +257,7 @@ class Quality:
             (save / RUN_RECORD).write_text(record)  # only once it finished: an interrupted run has none
         run = {"save": save, "best": save / "checkpoint_best.pt", "log": log_path, "curve": valid_curve(log, metric),
                "train_curve": train_curve(log), "params": parameter_count(log),
-               "seconds_per_update": seconds_per_update(log), "train_seconds": train_seconds(log)}
+               "seconds_per_update": seconds_per_update(log), "train_seconds": train_seconds(log), "kept": kept}
         self.runs[key] = run
         say(f"   {' / '.join(map(str, key))}: {updates} updates in {run['train_seconds']:.0f} s"
             f"{' (kept from an earlier run: --resume)' if kept else ''}, "
@@ -481,7 +481,7 @@ class QualityBenchmark(Study):
     @staticmethod
     def _row(run: Dict) -> Dict:
         return {k: run[k] for k in ("params", "seconds_per_update", "train_seconds", "curve", "test_ppl",
-                                    "dev_accuracy") if k in run}
+                                    "dev_accuracy", "kept") if k in run}
 
     def masked_lm(self, study: Quality) -> Dict:
         return {name: self._row(study.masked_lm(name, study.s.n)) for name in study.s.mlm_models}
@@ -650,6 +650,17 @@ def _fmt(x, digits=2):
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
+def _kept_note(study: Dict) -> str:
+    """Which rows' training an earlier call did (``--resume``): their time and s / update are that call's."""
+    rows = [*study.get("mlm", {}).items(), *study.get("lm", {}).items(),
+            *((f"{name} (n={n})", row) for n, by_name in study.get("length", {}).items() for name, row in by_name.items())]
+    kept = [name for name, row in rows if row.get("kept")]
+    if not kept:
+        return ""
+    return (f" Trained by an earlier call and kept (`--resume`: the same command on the same data; evaluated again "
+            f"here), their s / update as that call measured it: {', '.join(kept)}.")
+
+
 def render(data, title: str = "the linear attentions side by side with softmax on real text",
            ffn_note: str = "") -> Tuple[str, List[str]]:
     study = data["study"]
@@ -665,7 +676,8 @@ def render(data, title: str = "the linear attentions side by side with softmax o
              f"polynomial decay, 10% warm-up, dropout 0.1, "
              f"pre-LN (`--encoder-normalize-before`, `--decoder-normalize-before`), seed {s.seed}; "
              f"`{' '.join(s.device)}`. Took "
-             f"{study['total_s'] / 60:.0f} min ({', '.join(f'{k} {v / 60:.1f}' for k, v in study['stages_s'].items())}).",
+             f"{study['total_s'] / 60:.0f} min ({', '.join(f'{k} {v / 60:.1f}' for k, v in study['stages_s'].items())})."
+             f"{_kept_note(study)}",
              "", f"Unigram perplexity of the test split (token frequencies of train, no context): **{unigram:.1f}**.", ""]
     verdicts = []
     if "mlm" in study:

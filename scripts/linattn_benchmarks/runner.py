@@ -180,8 +180,8 @@ def names_among(known) -> Callable[[str], List[str]]:
         names = [name for name in text.split(",") if name]
         unknown = sorted(set(names) - set(known))
         if unknown or not names:
-            raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown) or 'none given'}; choose among "
-                                             f"{', '.join(known)}")
+            problem = f"unknown {', '.join(unknown)}" if unknown else "no name given"
+            raise argparse.ArgumentTypeError(f"{problem}; choose among {', '.join(known)}")
         return names
     return parse
 

@@ -132,6 +132,7 @@ def test_resume_keeps_a_finished_run_only_for_the_same_command_and_data(tmp_path
     assert len(commands) == 1 and (first["save"] / quality.RUN_RECORD).exists()
     kept = train()
     assert len(commands) == 1 and kept["params"] == first["params"] == 1234 and kept["curve"] == first["curve"]
+    assert kept["kept"] and not first["kept"]  # what the report's note on kept rows reads
     monkeypatch.setattr(quality, "USER_DIR", tmp_path / "another checkout" / "fairseq_linattn")
     train()  # the plugin's code run from another folder (it is not compared): kept
     assert len(commands) == 1
@@ -210,7 +211,11 @@ def test_quick_mechanism_study_writes_its_table(tmp_path):
     # --resume: the data made again is the same bytes, so both LMs are kept, not trained, and score the same
     proc, again = study("--resume")
     assert proc.stdout.count("kept from an earlier run") == 2, proc.stdout[-3000:]
+    assert [row.pop("kept") for row in first["lm"].values()] == [False, False]
+    assert [row.pop("kept") for row in again["lm"].values()] == [True, True]
     assert again["lm"] == first["lm"]
+    assert f"kept (`--resume`: the same command on the same data; evaluated again here), their s / update as that " \
+           f"call measured it: transformer_lm, {mechanism}." in (out / "quality_mechanisms.md").read_text()
 
 
 @pytest.mark.slow

@@ -1,12 +1,14 @@
 """The benchmark runner with a toy benchmark: cases interleaved and timed, skips recorded, ratios against the
 baseline, memory measured in a fresh process, and the .md / .json / .png written with the machine line."""
+import argparse
 import json
 import subprocess
 import sys
 import time
 
+import pytest
 from linattn_benchmarks.measure import peak_memory
-from linattn_benchmarks.runner import Benchmark, measured, predicted, run
+from linattn_benchmarks.runner import Benchmark, measured, names_among, predicted, run
 
 
 def toy_memory(args, point, case):
@@ -83,3 +85,11 @@ def test_threads_reach_the_fairseq_commands(tmp_path, monkeypatch):
     child = subprocess.run([sys.executable, "-c", "import torch; print(torch.get_num_threads())"],
                            capture_output=True, text=True, check=True)
     assert child.stdout.strip() == "1"
+
+
+def test_a_list_of_names_names_what_is_wrong_with_it():
+    parse = names_among(["op", "products"])
+    assert parse("products,op") == ["products", "op"]
+    for text, problem in (("op,foo,bar", "unknown bar, foo;"), (",", "no name given;"), ("", "no name given;")):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"^{problem} choose among op, products$"):
+            parse(text)
