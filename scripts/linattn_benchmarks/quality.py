@@ -588,7 +588,7 @@ class MechanismQualityBenchmark(QualityBenchmark):
         markdown, verdicts = render(
             data, "linear attentions with decay, gates and the delta rule beside softmax",
             f" ({4 * dim - dim // 2} for {', '.join(gated)}: their output gate's d x d weights are paid for "
-            "by a narrower FFN, so that every model has about the same parameters)")
+            "by a narrower FFN, so that every model has about the same parameters)" if gated else "")
         rows = self.flatness(data["study"])
         if rows:
             markdown += "\n\n" + "\n".join([

@@ -76,6 +76,16 @@ def test_the_hybrids_without_positions_are_the_hybrids_with_one_option_more():
         assert f"{name}-nopos" in OUTPUT_GATED  # its FFN pays for the output gate, as the hybrid's does
 
 
+def test_the_header_names_the_narrower_ffn_and_the_kept_rows_only_when_there_are_some():
+    """A table with no output-gated model says nothing of a narrower FFN; rows --resume kept are named."""
+    data = json.loads((Path(ROOT) / "results" / "quality_scale_bare.json").read_text())  # transformer_lm, gated-delta-bare
+    header = next(line for line in MechanismQualityBenchmark().render(data)[0].splitlines() if line.startswith("Budget"))
+    assert "FFN 1024;" in header and " for :" not in header and "kept" not in header
+    data["study"]["lm"]["transformer_lm"]["kept"] = True
+    header = next(line for line in MechanismQualityBenchmark().render(data)[0].splitlines() if line.startswith("Budget"))
+    assert header.endswith("their s / update as that call measured it: transformer_lm.")
+
+
 def test_logs_read_back():
     assert valid_curve(TRAIN_LOG) == [(20, 8.176), (40, 8.0)]
     assert valid_curve(TRAIN_LOG, "accuracy") == [(40, 61.5)]
