@@ -62,11 +62,12 @@ def translation_child(decoder: str, feature_map: str) -> str:
 
 class LinearizeBenchmark(QualityBenchmark):
     name = "linearize"
+    parts = ("linearize",)
     quick = {"budgets": [25, 50]}  # the quick scale's 8 updates: 2 and 4
 
     def add_args(self, parser):
         super().add_args(parser)
-        parser.set_defaults(only="linearize", work_dir=str(Path(ROOT) / "runs" / "linearize"))
+        parser.set_defaults(work_dir=str(Path(ROOT) / "runs" / "linearize"))
         parser.add_argument("--feature-map", choices=FEATURE_MAPS, default="hedgehog",
                             help="the child's learned feature map (default hedgehog)")
         parser.add_argument("--budgets", type=positive_list(int, "percentages of the parent's updates", "5,10"),

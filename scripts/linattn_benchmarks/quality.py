@@ -396,14 +396,15 @@ class Quality:
 
 class QualityBenchmark(Study):
     name = "quality"
+    parts = ("mlm", "length", "lm", "extrapolation", "finetune")  # what --only picks among: the stages, in order
 
     def add_args(self, parser):
         parser.add_argument("--scale", choices=sorted(set(SCALES) - {"quick"}), default="default",
                             help="the budget (--quick: the smallest, for CI)")
         parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "quality"),
                             help="data, checkpoints and logs (results go to --out)")
-        parser.add_argument("--only", default="mlm,length,lm,extrapolation,finetune",
-                            help="comma-separated parts to run (default: all)")
+        parser.add_argument("--only", type=names_among(self.parts), default=list(self.parts),
+                            help=f"comma-separated parts to run (default: all: {','.join(self.parts)})")
         parser.add_argument("--seed", type=positive_int, default=1, help="every training run's seed (default 1)")
         parser.add_argument("--resume", action="store_true",
                             help="keep the training runs an earlier study finished in --work-dir with the same "
@@ -449,7 +450,7 @@ class QualityBenchmark(Study):
     def measure(self, args, data):
         scale = self.scale(args)
         work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
-        parts = set(args.only.split(","))
+        parts = set(args.only)
         # fairseq-preprocess refuses to write over a data-bin: the data is made again (the same bytes from the same
         # corpus and budget), and with --resume the runs are kept for Quality to check against their records
         if args.resume:
@@ -474,7 +475,7 @@ class QualityBenchmark(Study):
         data["results"] = [{"case": key} for key in out if key in parts]
 
     def stages(self):
-        """(part, what runs it) in order; --only picks parts."""
+        """(part, what runs it) in the order of ``parts``; --only picks parts."""
         return (("mlm", self.masked_lm), ("length", self.length), ("lm", self.causal_lm),
                 ("extrapolation", self.extrapolation), ("finetune", self.finetune))
 

@@ -43,6 +43,19 @@ def test_the_length_part_takes_its_n_and_k_from_the_command_line(capsys):
     assert "error: --fixed-k 128 is not below n = 128" in capsys.readouterr().err
 
 
+def test_only_takes_the_study_s_own_parts(capsys):
+    from linattn_benchmarks.linearize import LinearizeBenchmark
+
+    assert parse_args(QualityBenchmark(), ["--only", "lm,extrapolation"]).only == ["lm", "extrapolation"]
+    assert parse_args(QualityBenchmark(), []).only == ["mlm", "length", "lm", "extrapolation", "finetune"]
+    assert parse_args(LinearizeBenchmark(), []).only == ["linearize"]
+    for benchmark, known in ((MechanismQualityBenchmark(), "mlm, length, lm, extrapolation, finetune"),
+                             (LinearizeBenchmark(), "linearize")):
+        with pytest.raises(SystemExit):  # a typo: one argparse error line, not a wait for a quiet machine and no run
+            parse_args(benchmark, ["--only", "extrapolaton"])
+        assert f"--only: unknown extrapolaton; choose among {known}" in capsys.readouterr().err
+
+
 def test_the_mechanism_study_takes_depth_length_and_hybrids_from_the_command_line(capsys):
     args = parse_args(MechanismQualityBenchmark(), ["--layers", "4", "--extrapolation", "8", "--models",
                                                     "gated-delta,hybrid-kda,hybrid-gated-delta-window64"])
@@ -79,11 +92,13 @@ def test_the_hybrids_without_positions_are_the_hybrids_with_one_option_more():
 def test_the_header_names_the_narrower_ffn_and_the_kept_rows_only_when_there_are_some():
     """A table with no output-gated model says nothing of a narrower FFN; rows --resume kept are named."""
     data = json.loads((Path(ROOT) / "results" / "quality_scale_bare.json").read_text())  # transformer_lm, gated-delta-bare
-    header = next(line for line in MechanismQualityBenchmark().render(data)[0].splitlines() if line.startswith("Budget"))
-    assert "FFN 1024;" in header and " for :" not in header and "kept" not in header
+
+    def header():
+        return next(line for line in MechanismQualityBenchmark().render(data)[0].splitlines() if line.startswith("Budget"))
+
+    assert "FFN 1024;" in header() and " for :" not in header() and "kept" not in header()
     data["study"]["lm"]["transformer_lm"]["kept"] = True
-    header = next(line for line in MechanismQualityBenchmark().render(data)[0].splitlines() if line.startswith("Budget"))
-    assert header.endswith("their s / update as that call measured it: transformer_lm.")
+    assert header().endswith("their s / update as that call measured it: transformer_lm.")
 
 
 def test_logs_read_back():
