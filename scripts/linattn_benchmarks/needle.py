@@ -19,6 +19,11 @@ are one batch. The question repeats the needle's words before the number, as RUL
 learned to copy (an induction head) can answer; these LMs saw only docstrings and comments, so what they retrieve
 is what they learned to copy, not to follow instructions.
 
+With ``--teach-updates N`` each LM is first taught the format, as passkey studies do: N updates of fairseq-train
+from its checkpoint on needle documents of its training length (the prompt as scored, then its number: the train
+split's text and the filler, numbers drawn apart from the scored ones), and the taught model is scored. The LMs
+never saw a needle; taught at 1x, what they retrieve at 2x-8x is the mechanism's reach, as MQAR measures it.
+
     python scripts/bench_needle.py --quick     # seconds-scale smoke run (the tests run it)
     python scripts/bench_needle.py             # the quality study's scale (about an hour on 2 CPU cores)
 """
@@ -36,7 +41,8 @@ from .fairseq_runs import CorpusData, prepare_corpus, say
 from .machine import machine_line
 from .quality import LM_MODELS, MECHANISM_MODELS, SCALES, SOFTMAX_LM, Quality, hybrid_depth_problem
 from .report import md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point, existing_dir, names_among, no_gpu_for, positive_int, positive_ints
+from .runner import (ROOT, Study, entry_point, existing_dir, names_among, no_gpu_for, positive_float, positive_int,
+                     positive_ints)
 
 INSTRUCTION = ("A special magic number is hidden within the following text. Make sure to memorize it. I will quiz "
                "you about the number afterwards.")
@@ -99,6 +105,30 @@ def number(rng: random.Random) -> str:
     return str(rng.randrange(10 ** (DIGITS - 1), 10**DIGITS))
 
 
+def teaching_documents(prompts: Prompts, length: int, count: int, rng: random.Random) -> List[torch.Tensor]:
+    """``count`` needle documents of ``length`` tokens with the end of sentence the data adds: a prompt as scored
+    (haystacks in turn, the depth, key, number and haystack offset drawn from ``rng``), then its number and a
+    full stop."""
+    documents = []
+    for i in range(count):
+        key, hidden = rng.choice(KEYS), number(rng)
+        answer = prompts.ids(f" {hidden}.")
+        prompt = prompts.make(HAYSTACKS[i % len(HAYSTACKS)], length - len(answer) - 1, rng.random(), key, hidden,
+                              rng.randrange(10**6))
+        documents.append(torch.cat([prompt, answer]))
+    return documents
+
+
+def write_split(documents: List[torch.Tensor], dictionary, prefix: Path):
+    """A binarized split as fairseq-preprocess writes one (mmap), one document a line, each ending in eos."""
+    from fairseq.data import indexed_dataset
+
+    builder = indexed_dataset.make_builder(f"{prefix}.bin", impl="mmap", vocab_size=len(dictionary))
+    for document in documents:
+        builder.add_item(torch.cat([document, torch.tensor([dictionary.eos()])]).int())
+    builder.finalize(f"{prefix}.idx")
+
+
 def digits_right(answer: str, truth: str) -> float:
     return sum(a == t for a, t in zip(answer, truth)) / len(truth)
 
@@ -137,6 +167,11 @@ class NeedleBenchmark(Study):
         parser.add_argument("--models", type=names_among(LM_MODELS), default=None,
                             help=f"some of the LMs, comma-separated (default: all of {', '.join(MECHANISM_MODELS)}; "
                                  "also the quality study's other LMs, e.g. gated-delta-nopos)")
+        parser.add_argument("--teach-updates", type=int, default=0, metavar="N",
+                            help="teach each LM the format first: N updates of fairseq-train from its checkpoint on "
+                                 "needle documents of its training length (default 0: score the LMs as trained)")
+        parser.add_argument("--teach-lr", type=positive_float, default=1e-3,
+                            help="the teaching's peak learning rate (10%% warm-up, then linear decay)")
         parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "needle"))
         parser.add_argument("--lms-from", type=existing_dir, default=None, metavar="DIR",
                             help="a quality study's work folder with its scale's subfolder (e.g. "
@@ -144,6 +179,8 @@ class NeedleBenchmark(Study):
                                  "training them (default: every one it holds; their shapes are read from the checkpoints)")
 
     def problem(self, args) -> str:
+        if args.teach_updates < 0:
+            return f"--teach-updates must be 0 (no teaching) or more, got {args.teach_updates}"
         if args.lms_from:
             missing = [path for path in ("data-bin/dict.txt", "data-bin/sentencepiece.bpe.model", "corpus/test.txt")
                        if not (Path(args.lms_from) / path).exists()]
@@ -191,12 +228,17 @@ class NeedleBenchmark(Study):
             corpus = prepare_corpus(work, scale.corpus_chars, scale.vocab)
         study = Quality(work, scale, corpus, prefix="needle")
         text = " ".join((Path(corpus.lm).parent / "corpus" / "test.txt").read_text().split())
+        teach = {"updates": args.teach_updates, "lr": args.teach_lr,
+                 "length": self.teach_length(args)} if args.teach_updates else None
         out = data.setdefault("study", {"scale": asdict(scale), "multiples": multiples, "depths": depths,
-                                        "models": {}, "lms_from": args.lms_from})
+                                        "models": {}, "lms_from": args.lms_from, "teach": teach})
         for name in (self.held(args) if args.lms_from else args.models or scale.mechanism_models):
             run = study.trained_language_model(name) if args.lms_from else study.language_model(name)
-            scores, shape = self.retrieve(LM_MODELS[name][0], run, corpus, text, scale.lm_tokens, multiples, depths)
+            scored = self.taught(study, name, run, corpus, teach) if teach else run
+            scores, shape = self.retrieve(LM_MODELS[name][0], scored, corpus, text, scale.lm_tokens, multiples, depths)
             out["models"][name] = {"params": run["params"], "test_ppl": run["test_ppl"], "by_depth": scores, **shape}
+            if teach:
+                out["models"][name]["teach_valid_loss"] = scored["curve"][-1][1] if scored["curve"] else None
             say(f"   {name}: " + "; ".join(f"{h} " + ", ".join(
                 f"{m}x {mean(e):.2f} (gain {mean(g):+.2f})" for m, e, g in zip(multiples, scores["exact"][h],
                                                                                 scores["gain"][h]))
@@ -204,19 +246,41 @@ class NeedleBenchmark(Study):
         out["total_s"] = round(time.time() - started, 1)
         data["results"] = [{"case": name} for name in out["models"]]
 
+    def teach_length(self, args) -> int:
+        """The teaching documents' length: the training length (the quick LMs' 64 tokens hold no haystack beside a
+        needle and its answer: 4x)."""
+        return self.scale(args).lm_tokens * (4 if args.quick else 1)
+
+    @staticmethod
+    def taught(study: Quality, name: str, run: Dict, corpus, teach: Dict) -> Dict:
+        """The LM ``name`` (its trained ``run``) taught the format: ``teach["updates"]`` updates of fairseq-train from
+        its checkpoint, its own flags, on needle documents of ``teach["length"]`` tokens (the same documents for
+        every LM: one seed, one dictionary), one document a sample; the taught run (study.train's record)."""
+        arch, extra = LM_MODELS[name]
+        updates, batch = teach["updates"], study.lm_batch()
+        folder = study.work / "needle-teaching" / Path(run["save"]).name
+        folder.mkdir(parents=True, exist_ok=True)
+        lm = load_lm(arch, run, corpus, teach["length"])
+        prompts, rng = Prompts(lm, (Path(corpus.lm).parent / "corpus" / "train.txt").read_text()), random.Random(1)
+        for split, count in (("train", updates * batch), ("valid", 4 * batch)):
+            write_split(teaching_documents(prompts, teach["length"], count, rng), lm.src_dict, folder / split)
+        shutil.copy(Path(corpus.lm) / "dict.txt", folder / "dict.txt")
+        flags = study.lm_args(name)
+        flags[0] = folder
+        flags[flags.index("--sample-break-mode") + 1] = "eos"  # a document a sample, from its start
+        flags[flags.index("--tokens-per-sample") + 1] = teach["length"]
+        return study.train(("teach", arch, study.s.lm_tokens, *extra, updates), [
+            *flags, "--restore-file", run["best"], "--reset-optimizer", "--reset-dataloader", "--reset-meters",
+            "--reset-lr-scheduler"], updates, teach["lr"], batch)
+
     @staticmethod
     def retrieve(arch: str, run: Dict, corpus, text: str, n: int, multiples: List[int], depths: List[float]
                  ) -> Tuple[Dict, Dict]:
         """Scores of one trained LM of ``arch`` at each haystack, multiple of n and depth: {score: {haystack:
         [[one per depth] per multiple]}} for the scores of :data:`SCORES`; and its layers and width."""
-        from fairseq.models import ARCH_MODEL_REGISTRY
         from omegaconf import open_dict
 
-        # the hub loads the sentencepiece model from beside the checkpoint
-        shutil.copy(Path(corpus.lm) / "sentencepiece.bpe.model", Path(run["save"]) / "sentencepiece.bpe.model")
-        lm = ARCH_MODEL_REGISTRY[arch].from_pretrained(str(run["save"]), Path(run["best"]).name, str(corpus.lm),
-                                         max_target_positions=n * max(multiples) + 4 * DIGITS,
-                                         bpe="sentencepiece").eval()  # fairseq's transformer_lm has no default
+        lm = load_lm(arch, run, corpus, n * max(multiples) + 4 * DIGITS)
         with open_dict(lm.cfg.dataset):
             lm.cfg.dataset.batch_size, lm.cfg.dataset.max_tokens = len(depths), None
         decoder = lm.models[0].decoder
@@ -258,6 +322,13 @@ class NeedleBenchmark(Study):
                  "models as RNNs). `filler`: RULER's S-NIAH-1 (repeated filler); `text`: S-NIAH-2 (the corpus's "
                  f"test split). Means over the depths (each depth's score: needle.json). Took "
                  f"{study['total_s'] / 60:.0f} min.", ""]
+        teach = study.get("teach")
+        if teach:
+            lines[-1:-1] = ["", f"Each LM taught the format first: {teach['updates']} updates of fairseq-train from its "
+                            f"checkpoint (lr {teach['lr']:g}, its own flags) on needle documents of "
+                            f"{teach['length']} tokens (the prompt as scored, then its number; the train split's text "
+                            "and the filler; other numbers), then scored; test ppl: as trained, before the "
+                            "teaching."]
         columns = [f"{h} {m}x" for h in HAYSTACKS for m in multiples]
         for score, title, fmt in (("exact", "Exact match of the 7 digits (RULER's score)", "{:.2f}"),
                                   ("digits", "Digits right in place (partial credit)", "{:.2f}"),
@@ -282,7 +353,8 @@ class NeedleBenchmark(Study):
             at = multiples.index(4)
             best = max(recurrent, key=lambda name: (mean(recurrent[name]["by_depth"]["exact"]["filler"][at]),
                                                      mean(recurrent[name]["by_depth"]["gain"]["filler"][at])))
-            verdict = (f"needle: best recurrent LM at 4x on filler {best} "
+            taught = f" (taught {study['teach']['updates']} updates)" if study.get("teach") else ""
+            verdict = (f"needle{taught}: best recurrent LM at 4x on filler {best} "
                        f"{mean(recurrent[best]['by_depth']['exact']['filler'][at]):.2f} exact match (goal >= 0.9)")
             if SOFTMAX_LM in models:
                 verdict += f", {SOFTMAX_LM} {mean(models[SOFTMAX_LM]['by_depth']['exact']['filler'][at]):.2f}"
@@ -308,6 +380,17 @@ class NeedleBenchmark(Study):
             axes[row][0].set_ylabel(label)
         axes[0][-1].legend(fontsize=7)
         return titled(fig, "needle retrieval", data)
+
+
+def load_lm(arch: str, run: Dict, corpus, positions: int):
+    """The hub interface of the LM ``run`` (an ``arch``), in eval mode, with room for ``positions`` tokens."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    # the hub loads the sentencepiece model from beside the checkpoint
+    shutil.copy(Path(corpus.lm) / "sentencepiece.bpe.model", Path(run["save"]) / "sentencepiece.bpe.model")
+    return ARCH_MODEL_REGISTRY[arch].from_pretrained(str(run["save"]), Path(run["best"]).name, str(corpus.lm),
+                                                     max_target_positions=positions,
+                                                     bpe="sentencepiece").eval()  # fairseq's transformer_lm has no default
 
 
 def shapes(models: Dict) -> str:

@@ -2,10 +2,12 @@
 digits read back from a generation, and its --quick run through the real command lines (slow)."""
 import json
 import os
+import random
 import subprocess
 import sys
 
 import pytest
+import torch
 from fairseq.data import Dictionary
 from linattn_benchmarks.needle import (
     FILLER,
@@ -18,6 +20,8 @@ from linattn_benchmarks.needle import (
     in_quarters,
     needle,
     question,
+    teaching_documents,
+    write_split,
 )
 from linattn_benchmarks.runner import ROOT, parse_args
 
@@ -51,6 +55,49 @@ def test_a_prompt_has_the_length_asked_and_the_needle_between_sentences(haystack
     assert words[hay_start - 1].endswith(".") and (start == hay_start or words[start - 1].endswith("."))
     room = 120 - hay_start - len(needle("apple", "1234567").split()) - len(question("apple").split())
     assert int(depth * room) <= start - hay_start <= int(depth * room) + 8  # at the depth, at the next sentence
+
+
+def test_teaching_documents_are_prompts_of_the_length_then_their_number(tmp_path):
+    """What --teach-updates trains on: the scored prompt's form, cut so that the prompt, its number, a full stop and
+    the end of sentence make the length asked; haystacks in turn; the split reads back as fairseq reads a split."""
+    from fairseq.data import data_utils
+
+    text = "First one here. Second one there. Third one. " * 3
+    lm = WordLM(text)
+    for word in [f"{d}{d}{d}{d}{d}{d}{d}." for d in range(10)] + [f"{d}{d}{d}{d}{d}{d}{d}" for d in range(10)]:
+        lm.src_dict.add_symbol(word)
+    documents = teaching_documents(Prompts(lm, text), 80, 4, _Repdigits(random.Random(0)))
+    for i, document in enumerate(documents):
+        words = lm.src_dict.string(document).split()
+        assert len(document) == 79 and words[-1].endswith(".") and words[-2] == "is:"
+        hidden = words[-1][:-1]
+        assert f"is: {hidden}." in " ".join(words[:-(len(question("x").split()) + 1)])  # the needle holds it
+        assert ("grass" in words) == (i % 2 == 0)  # filler, text, filler, text
+    write_split(documents, lm.src_dict, tmp_path / "train")
+    split = data_utils.load_indexed_dataset(str(tmp_path / "train"), lm.src_dict)
+    assert len(split) == 4 and all(torch.equal(split[i][:-1], documents[i]) and split[i][-1] == lm.src_dict.eos()
+                                   for i in range(4))
+
+
+class _Repdigits:
+    """random.Random whose numbers are one digit repeated (WordLM has a token for each)."""
+
+    def __init__(self, rng):
+        self.rng = rng
+
+    def randrange(self, *args):
+        if args == (10 ** 6, 10 ** 7):
+            return int(str(self.rng.randrange(1, 10)) * 7)
+        return self.rng.randrange(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.rng, name)
+
+
+def test_teaching_takes_no_negative_updates(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(NeedleBenchmark(), ["--teach-updates", "-3"])
+    assert "error: --teach-updates must be 0 (no teaching) or more, got -3" in capsys.readouterr().err
 
 
 def test_a_hub_that_does_not_tokenize_is_refused():
@@ -130,3 +177,17 @@ def test_quick_run_writes_the_table(tmp_path):
         assert {key: model[key] for key in ("params", "test_ppl", "by_depth", "layers", "dim")} == {
             key: study["models"][name][key] for key in ("params", "test_ppl", "by_depth", "layers", "dim")}
     assert "1 layers, d=32" in (again / "needle.md").read_text()
+    # taught the format first (--teach-updates): fairseq-train from each LM's checkpoint on needle documents
+    taught = tmp_path / "taught"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_needle.py"), "--quick", "--out",
+                           str(taught), "--lms-from", str(tmp_path / "work" / "quick"), "--threads", "1",
+                           "--teach-updates", "2"], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((taught / "needle.json").read_text())["study"]
+    assert result["teach"] == {"updates": 2, "lr": 1e-3, "length": 256} and list(result["models"]) == list(study["models"])
+    for name, model in result["models"].items():
+        assert model["test_ppl"] == study["models"][name]["test_ppl"]  # as trained; the taught model is scored
+        assert model["teach_valid_loss"] > 0
+    teaching = list((tmp_path / "work" / "quick" / "checkpoints").glob("teach-*-2"))
+    assert len(teaching) == len(study["models"]) and all((t / "checkpoint_best.pt").exists() for t in teaching)
+    assert "Each LM taught the format first: 2 updates" in (taught / "needle.md").read_text()
