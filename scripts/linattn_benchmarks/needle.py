@@ -41,8 +41,17 @@ from .fairseq_runs import CorpusData, prepare_corpus, say
 from .machine import machine_line
 from .quality import LM_MODELS, MECHANISM_MODELS, SCALES, SOFTMAX_LM, Quality, hybrid_depth_problem
 from .report import md_table, pyplot, titled
-from .runner import (ROOT, Study, entry_point, existing_dir, names_among, no_gpu_for, positive_float, positive_int,
-                     positive_ints)
+from .runner import (
+    ROOT,
+    Study,
+    entry_point,
+    existing_dir,
+    names_among,
+    no_gpu_for,
+    positive_float,
+    positive_int,
+    positive_ints,
+)
 
 INSTRUCTION = ("A special magic number is hidden within the following text. Make sure to memorize it. I will quiz "
                "you about the number afterwards.")
