@@ -445,6 +445,10 @@ class QualityBenchmark(Study):
                     "give lengths above k, or a smaller k")
         if s.dim % s.heads:
             return f"--dim {s.dim} is not a multiple of the scale's {s.heads} heads: give a multiple of {s.heads}"
+        work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
+        if args.resume and not any((work / "checkpoints").glob(f"*/{RUN_RECORD}")):  # else: everything trained anew
+            return (f"--resume: {work} holds no finished training run to keep (no checkpoints/*/{RUN_RECORD}): give "
+                    "the --work-dir (and --scale) of the study to resume, or leave --resume out to start one")
         return no_gpu_for(args, SCALES)
 
     def measure(self, args, data):

@@ -56,6 +56,25 @@ def test_only_takes_the_study_s_own_parts(capsys):
         assert f"--only: unknown extrapolaton; choose among {known}" in capsys.readouterr().err
 
 
+def test_resume_needs_a_study_to_resume(tmp_path, capsys):
+    """--resume on a folder with no finished run would train everything anew, silently: one error line instead, for
+    each study that keeps runs (linearize's transformer_lm and roberta families share the layout)."""
+    from linattn_benchmarks.linearize import LinearizeBenchmark
+
+    for benchmark in (QualityBenchmark(), MechanismQualityBenchmark(), LinearizeBenchmark()):
+        with pytest.raises(SystemExit):
+            parse_args(benchmark, ["--resume", "--work-dir", str(tmp_path)])
+        assert (f"error: --resume: {tmp_path / 'default'} holds no finished training run to keep (no "
+                f"checkpoints/*/{quality.RUN_RECORD})") in capsys.readouterr().err
+    finished = tmp_path / "default" / "checkpoints" / "lm-transformer_lm-256"
+    finished.mkdir(parents=True)
+    (finished / quality.RUN_RECORD).write_text("fairseq-train\n")
+    assert parse_args(QualityBenchmark(), ["--resume", "--work-dir", str(tmp_path)]).resume
+    with pytest.raises(SystemExit):  # another scale's folder is not this one's
+        parse_args(QualityBenchmark(), ["--resume", "--work-dir", str(tmp_path), "--quick"])
+    assert f"{tmp_path / 'quick'} holds no finished training run" in capsys.readouterr().err
+
+
 def test_the_mechanism_study_takes_depth_length_and_hybrids_from_the_command_line(capsys):
     args = parse_args(MechanismQualityBenchmark(), ["--layers", "4", "--extrapolation", "8", "--models",
                                                     "gated-delta,hybrid-kda,hybrid-gated-delta-window64"])
