@@ -278,7 +278,7 @@ class NeedleBenchmark(Study):
         flags[0] = folder
         flags[flags.index("--sample-break-mode") + 1] = "eos"  # a document a sample, from its start
         flags[flags.index("--tokens-per-sample") + 1] = teach["length"]
-        return study.train(("teach", arch, study.s.lm_tokens, *extra, updates), [
+        return study.train(("teach", arch, study.s.lm_tokens, *extra, updates, f"lr{teach['lr']:g}"), [
             *flags, "--restore-file", run["best"], "--reset-optimizer", "--reset-dataloader", "--reset-meters",
             "--reset-lr-scheduler"], updates, teach["lr"], batch)
 

@@ -188,6 +188,6 @@ def test_quick_run_writes_the_table(tmp_path):
     for name, model in result["models"].items():
         assert model["test_ppl"] == study["models"][name]["test_ppl"]  # as trained; the taught model is scored
         assert model["teach_valid_loss"] > 0
-    teaching = list((tmp_path / "work" / "quick" / "checkpoints").glob("teach-*-2"))
+    teaching = list((tmp_path / "work" / "quick" / "checkpoints").glob("teach-*-2-lr0.001"))  # one folder per count and rate
     assert len(teaching) == len(study["models"]) and all((t / "checkpoint_best.pt").exists() for t in teaching)
     assert "Each LM taught the format first: 2 updates" in (taught / "needle.md").read_text()
