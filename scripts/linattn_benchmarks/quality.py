@@ -58,7 +58,7 @@ from .fairseq_runs import (
 )
 from .machine import machine_line
 from .report import curve_axes, md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point, names_among, no_gpu_for, positive_int, positive_ints
+from .runner import ROOT, Study, entry_point, names_among, no_gpu_for, positive_int, positive_ints, scale_work_dir
 
 # name -> (arch, options): the masked-LM encoders compared; k is a function of n
 MLM_MODELS = {
@@ -445,7 +445,7 @@ class QualityBenchmark(Study):
                     "give lengths above k, or a smaller k")
         if s.dim % s.heads:
             return f"--dim {s.dim} is not a multiple of the scale's {s.heads} heads: give a multiple of {s.heads}"
-        work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
+        work = scale_work_dir(args)
         if args.resume and not any((work / "checkpoints").glob(f"*/{RUN_RECORD}")):  # else: everything trained anew
             return (f"--resume: {work} holds no finished training run to keep (no checkpoints/*/{RUN_RECORD}): give "
                     "the --work-dir (and --scale) of the study to resume, or leave --resume out to start one")
@@ -453,7 +453,7 @@ class QualityBenchmark(Study):
 
     def measure(self, args, data):
         scale = self.scale(args)
-        work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
+        work = scale_work_dir(args)
         parts = set(args.only)
         # fairseq-preprocess refuses to write over a data-bin: the data is made again (the same bytes from the same
         # corpus and budget), and with --resume the runs are kept for Quality to check against their records

@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Dict, List, Optional, Union
 
 import torch
@@ -165,6 +166,11 @@ def existing_file(text: str) -> str:
     if not os.path.isfile(text):
         raise argparse.ArgumentTypeError(f"{text} is not a file (a results JSON written by an earlier run)")
     return text
+
+
+def scale_work_dir(args) -> Path:
+    """A study's folder for its scale: ``--work-dir`` / the scale's name (``quick`` for --quick)."""
+    return Path(args.work_dir) / ("quick" if args.quick else args.scale)
 
 
 def existing_dir(text: str) -> str:

@@ -38,7 +38,7 @@ from fairseq_linattn.data.translation_data import prepare_translation_data
 from .fairseq_runs import BIN, USER_DIR, fairseq, parameter_count, say, seconds_per_update, train_seconds, valid_curve
 from .machine import machine_line
 from .report import curve_axes, log_axes, md_table, pyplot, titled
-from .runner import ROOT, Study, entry_point, names_among, no_gpu_for, positive_int
+from .runner import ROOT, Study, entry_point, names_among, no_gpu_for, positive_int, scale_work_dir
 
 LEARNED_FEATURE_MAPS = ("hedgehog", "t2r")  # the --feature-map choices with weights of their own (a conversion's)
 # name -> (arch, its attention per role): the softmax baseline, then linear_transformer's configurations
@@ -172,7 +172,7 @@ class TranslationBenchmark(Study):
             return retime(args.retime, data)
         scale = self.scale(args)
         baseline = baseline_run(args.baseline_from) if args.baseline_from else None
-        work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
+        work = scale_work_dir(args)
         if work.exists():
             shutil.rmtree(work)
         started = time.time()
