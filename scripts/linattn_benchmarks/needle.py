@@ -51,6 +51,7 @@ from .runner import (
     positive_float,
     positive_int,
     positive_ints,
+    scale_work_dir,
 )
 
 INSTRUCTION = ("A special magic number is hidden within the following text. Make sure to memorize it. I will quiz "
@@ -233,12 +234,13 @@ class NeedleBenchmark(Study):
             work = Path(args.lms_from)
             corpus = CorpusData(lm=work / "data-bin", cls=work / "glue", summary=None)
         else:
-            work = Path(args.work_dir) / ("quick" if args.quick else args.scale)
+            work = scale_work_dir(args)
             corpus = prepare_corpus(work, scale.corpus_chars, scale.vocab)
         study = Quality(work, scale, corpus, prefix="needle")
         text = " ".join((Path(corpus.lm).parent / "corpus" / "test.txt").read_text().split())
         teach = {"updates": args.teach_updates, "lr": args.teach_lr,
                  "length": self.teach_length(args)} if args.teach_updates else None
+        self.teaching_written = None  # the teaching documents' folder, once written (by the first LM taught)
         out = data.setdefault("study", {"scale": asdict(scale), "multiples": multiples, "depths": depths,
                                         "models": {}, "lms_from": args.lms_from, "teach": teach})
         for name in (self.held(args) if args.lms_from else args.models or scale.mechanism_models):
@@ -260,27 +262,35 @@ class NeedleBenchmark(Study):
         needle and its answer: 4x)."""
         return self.scale(args).lm_tokens * (4 if args.quick else 1)
 
-    @staticmethod
-    def taught(study: Quality, name: str, run: Dict, corpus, teach: Dict) -> Dict:
+    def taught(self, study: Quality, name: str, run: Dict, corpus, teach: Dict) -> Dict:
         """The LM ``name`` (its trained ``run``) taught the format: ``teach["updates"]`` updates of fairseq-train from
-        its checkpoint, its own flags, on needle documents of ``teach["length"]`` tokens (the same documents for
-        every LM: one seed, one dictionary), one document a sample; the taught run (study.train's record)."""
+        its checkpoint, its own flags, on the needle documents of :meth:`teaching_data`, one document a sample; the
+        taught run (study.train's record)."""
         arch, extra = LM_MODELS[name]
         updates, batch = teach["updates"], study.lm_batch()
-        folder = study.work / "needle-teaching" / Path(run["save"]).name
-        folder.mkdir(parents=True, exist_ok=True)
-        lm = load_lm(arch, run, corpus, teach["length"])
-        prompts, rng = Prompts(lm, (Path(corpus.lm).parent / "corpus" / "train.txt").read_text()), random.Random(1)
-        for split, count in (("train", updates * batch), ("valid", 4 * batch)):
-            write_split(teaching_documents(prompts, teach["length"], count, rng), lm.src_dict, folder / split)
-        shutil.copy(Path(corpus.lm) / "dict.txt", folder / "dict.txt")
         flags = study.lm_args(name)
-        flags[0] = folder
+        flags[0] = self.teaching_data(study, arch, run, corpus, teach)
         flags[flags.index("--sample-break-mode") + 1] = "eos"  # a document a sample, from its start
         flags[flags.index("--tokens-per-sample") + 1] = teach["length"]
         return study.train(("teach", arch, study.s.lm_tokens, *extra, updates, f"lr{teach['lr']:g}"), [
             *flags, "--restore-file", run["best"], "--reset-optimizer", "--reset-dataloader", "--reset-meters",
             "--reset-lr-scheduler"], updates, teach["lr"], batch)
+
+    def teaching_data(self, study: Quality, arch: str, run: Dict, corpus, teach: Dict) -> Path:
+        """The binarized needle documents of ``teach["length"]`` tokens every LM of this call is taught on, written
+        once (the LMs share the study's dictionary and sentencepiece model, so the first one's hub tokenizes them for
+        all): the train split's text and the filler, one seed."""
+        folder = study.work / "needle-teaching"
+        if self.teaching_written != folder:
+            folder.mkdir(parents=True, exist_ok=True)
+            lm = load_lm(arch, run, corpus, teach["length"])
+            prompts = Prompts(lm, (Path(corpus.lm).parent / "corpus" / "train.txt").read_text())
+            rng, batch = random.Random(1), study.lm_batch()
+            for split, count in (("train", teach["updates"] * batch), ("valid", 4 * batch)):
+                write_split(teaching_documents(prompts, teach["length"], count, rng), lm.src_dict, folder / split)
+            shutil.copy(Path(corpus.lm) / "dict.txt", folder / "dict.txt")
+            self.teaching_written = folder
+        return folder
 
     @staticmethod
     def retrieve(arch: str, run: Dict, corpus, text: str, n: int, multiples: List[int], depths: List[float]
