@@ -138,6 +138,14 @@ def command_line_problem(args):
 def task_problem(args):
     """Our tasks' option checks; for fairseq-train (the only parser with --max-update: validate and generate take
     the criterion from the checkpoint) also the criterion the task needs."""
+    if getattr(args, "task", None) == "needle_retrieval" and hasattr(args, "train_documents"):
+        from ..tasks.needle_retrieval import NeedleRetrievalTask
+
+        criterion = getattr(args, "criterion", None)
+        if hasattr(args, "max_update") and criterion != NeedleRetrievalTask.CRITERION:
+            return (f"--task needle_retrieval scores the answer only: use --criterion {NeedleRetrievalTask.CRITERION}, "
+                    f"not {criterion}")
+        return NeedleRetrievalTask.data_problem(args)
     if getattr(args, "task", None) != "associative_recall" or not hasattr(args, "num_keys"):
         return None  # (fairseq-validate reads the task's options from the checkpoint, not from its command line)
     from ..tasks.associative_recall import AssociativeRecallTask

@@ -1,5 +1,6 @@
 """``--criterion associative_recall``: cross-entropy and accuracy at the asked positions of
-``--task associative_recall`` (every other target is padding, which fairseq's cross-entropy ignores)."""
+``--task associative_recall`` and at the answer of ``--task needle_retrieval`` (every other target is padding,
+which fairseq's cross-entropy ignores)."""
 import torch
 from fairseq import metrics
 from fairseq.criterions import register_criterion

@@ -99,23 +99,27 @@ class AssociativeRecallDataset(FairseqDataset):
         return order[np.argsort(self.sizes[order], kind="stable")]
 
     def collater(self, samples):
-        if not samples:
-            return {}
-        pad = self.dictionary.pad()
-        width = max(len(s["source"]) for s in samples)
+        return collate_scored(samples, self.dictionary.pad())
 
-        def stack(key):
-            out = torch.full((len(samples), width), pad, dtype=torch.long)
-            for row, s in enumerate(samples):  # right-padded: a causal model's earlier positions never see it
-                out[row, : len(s[key])] = s[key]
-            return out
 
-        target = stack("target")
-        return {"id": torch.tensor([s["id"] for s in samples]), "nsentences": len(samples),
-                "ntokens": int(target.ne(pad).sum()),  # the asked positions: what the loss is averaged over
-                "net_input": {"src_tokens": stack("source"),
-                              "src_lengths": torch.tensor([len(s["source"]) for s in samples])},
-                "target": target}
+def collate_scored(samples, pad: int):
+    """A batch of lines whose targets are padding except where they are scored (``ntokens``: the scored positions,
+    what the loss is averaged over), right-padded: a causal model's earlier positions never see it."""
+    if not samples:
+        return {}
+    width = max(len(s["source"]) for s in samples)
+
+    def stack(key):
+        out = torch.full((len(samples), width), pad, dtype=torch.long)
+        for row, s in enumerate(samples):
+            out[row, : len(s[key])] = s[key]
+        return out
+
+    target = stack("target")
+    return {"id": torch.tensor([s["id"] for s in samples]), "nsentences": len(samples),
+            "ntokens": int(target.ne(pad).sum()),
+            "net_input": {"src_tokens": stack("source"), "src_lengths": torch.tensor([len(s["source"]) for s in samples])},
+            "target": target}
 
 
 @register_task("associative_recall", dataclass=AssociativeRecallConfig)
