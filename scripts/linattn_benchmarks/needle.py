@@ -20,8 +20,9 @@ learned to copy (an induction head) can answer; these LMs saw only docstrings an
 is what they learned to copy, not to follow instructions.
 
 With ``--teach-updates N`` each LM is first taught the format, as passkey studies do: N updates of fairseq-train
-from its checkpoint on needle documents of its training length (the prompt as scored, then its number: the train
-split's text and the filler, numbers drawn apart from the scored ones), and the taught model is scored. The LMs
+from its checkpoint with ``--task needle_retrieval`` (needle documents of its training length made on the fly: the
+prompt as scored, then its number, from the train split's text and the filler, numbers from another seed; the loss on
+the answer only), and the taught model is scored. The LMs
 never saw a needle; taught at 1x, what they retrieve at 2x-8x is the mechanism's reach, as MQAR measures it.
 
     python scripts/bench_needle.py --quick     # seconds-scale smoke run (the tests run it)
@@ -36,6 +37,9 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 import torch
+
+from fairseq_linattn.tasks.needle import DIGITS, HAYSTACKS, KEYS, NeedlePrompts
+from fairseq_linattn.tasks.needle import draw_number as number
 
 from .fairseq_runs import CorpusData, prepare_corpus, say
 from .machine import machine_line
@@ -54,89 +58,18 @@ from .runner import (
     scale_work_dir,
 )
 
-INSTRUCTION = ("A special magic number is hidden within the following text. Make sure to memorize it. I will quiz "
-               "you about the number afterwards.")
-FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
-KEYS = ("apple", "river", "window", "garden", "silver", "forest", "yellow", "basket", "candle", "marble")
-HAYSTACKS = ("filler", "text")  # S-NIAH-1, S-NIAH-2
-DIGITS = 7
 # what is scored at each prompt: the exact match of the generated number (RULER's score), the share of its digits
 # right in place (partial credit), and the gain: the log-likelihood (nats) of the hidden number after the
 # question, minus the same with another number hidden in the same place (> 0: the model read the needle)
 SCORES = ("exact", "digits", "gain")
 
 
-def needle(key: str, number: str) -> str:
-    return f" The special magic number for {key} is: {number}. "
+def hub_prompts(lm, text: str) -> NeedlePrompts:
+    """Needle prompts in the hub interface ``lm``'s dictionary and tokenizer, ``text`` the S-NIAH-2 haystack."""
+    def encode(words: str) -> torch.Tensor:
+        return lm.binarize(lm.apply_bpe(words))[:-1]  # without the end-of-sentence the hub appends
 
-
-def question(key: str) -> str:
-    return f" What is the special magic number for {key}? The special magic number for {key} is:"
-
-
-class Prompts:
-    """Token ids of prompts of an exact length, for one model's dictionary and sentencepiece model."""
-
-    def __init__(self, lm, text: str):
-        self.lm = lm
-        self.filler = self.ids(FILLER * 50)
-        self.text = self.ids(text)
-        self.instruction = self.ids(INSTRUCTION)
-        if (self.instruction == lm.src_dict.unk()).any():  # words the dictionary lacks: no tokenizer in the hub
-            raise ValueError("the hub interface does not tokenize as the data was (unknown words in the prompt): "
-                             "load the model with bpe='sentencepiece'")
-        symbols = lm.src_dict.symbols
-        # the pieces that end a sentence: the needle goes in between two sentences, as RULER puts it
-        self.ends_sentence = torch.tensor([symbol.endswith(".") for symbol in symbols])
-
-    def ids(self, text: str) -> torch.Tensor:
-        return self.lm.binarize(self.lm.apply_bpe(text))[:-1]  # without the end-of-sentence the hub appends
-
-    def make(self, haystack: str, length: int, depth: float, key: str, number: str, offset: int) -> torch.Tensor:
-        """``length`` tokens: the instruction, the haystack from ``offset`` (wrapping around) with the needle at
-        ``depth`` of it, the question."""
-        hidden, asked = self.ids(needle(key, number)), self.ids(question(key))
-        room = length - len(self.instruction) - len(hidden) - len(asked)
-        if room < 1:
-            raise ValueError(f"a prompt of {length} tokens has no room for a haystack")
-        source = self.filler if haystack == "filler" else self.text
-        hay = source[(self.sentence_start(source, offset) + torch.arange(room)) % len(source)]
-        cut = self.sentence_start(hay[:room - 1], int(depth * room)) if depth > 0 else 0
-        return torch.cat([self.instruction, hay[:cut], hidden, hay[cut:], asked])
-
-    def sentence_start(self, ids: torch.Tensor, at: int) -> int:
-        """The first position at or after ``at`` that follows the end of a sentence (``at`` if none does)."""
-        start = max(0, at - 1)
-        ends = torch.nonzero(self.ends_sentence[ids[start:]]).flatten()
-        return start + int(ends[0]) + 1 if len(ends) else at
-
-
-def number(rng: random.Random) -> str:
-    return str(rng.randrange(10 ** (DIGITS - 1), 10**DIGITS))
-
-
-def teaching_documents(prompts: Prompts, length: int, count: int, rng: random.Random) -> List[torch.Tensor]:
-    """``count`` needle documents of ``length`` tokens with the end of sentence the data adds: a prompt as scored
-    (haystacks in turn, the depth, key, number and haystack offset drawn from ``rng``), then its number and a
-    full stop."""
-    documents = []
-    for i in range(count):
-        key, hidden = rng.choice(KEYS), number(rng)
-        answer = prompts.ids(f" {hidden}.")
-        prompt = prompts.make(HAYSTACKS[i % len(HAYSTACKS)], length - len(answer) - 1, rng.random(), key, hidden,
-                              rng.randrange(10**6))
-        documents.append(torch.cat([prompt, answer]))
-    return documents
-
-
-def write_split(documents: List[torch.Tensor], dictionary, prefix: Path):
-    """A binarized split as fairseq-preprocess writes one (mmap), one document a line, each ending in eos."""
-    from fairseq.data import indexed_dataset
-
-    builder = indexed_dataset.make_builder(f"{prefix}.bin", impl="mmap", vocab_size=len(dictionary))
-    for document in documents:
-        builder.add_item(torch.cat([document, torch.tensor([dictionary.eos()])]).int())
-    builder.finalize(f"{prefix}.idx")
+    return NeedlePrompts(encode, lm.src_dict, encode(text))
 
 
 def digits_right(answer: str, truth: str) -> float:
@@ -178,8 +111,9 @@ class NeedleBenchmark(Study):
                             help=f"some of the LMs, comma-separated (default: all of {', '.join(MECHANISM_MODELS)}; "
                                  "also the quality study's other LMs, e.g. gated-delta-nopos)")
         parser.add_argument("--teach-updates", type=int, default=0, metavar="N",
-                            help="teach each LM the format first: N updates of fairseq-train from its checkpoint on "
-                                 "needle documents of its training length (default 0: score the LMs as trained)")
+                            help="teach each LM the format first: N updates of fairseq-train from its checkpoint with "
+                                 "--task needle_retrieval (needle documents of its training length, the loss on the "
+                                 "answer only; default 0: score the LMs as trained)")
         parser.add_argument("--teach-lr", type=positive_float, default=1e-3,
                             help="the teaching's peak learning rate (10%% warm-up, then linear decay)")
         parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "needle"))
@@ -238,9 +172,8 @@ class NeedleBenchmark(Study):
             corpus = prepare_corpus(work, scale.corpus_chars, scale.vocab)
         study = Quality(work, scale, corpus, prefix="needle")
         text = " ".join((Path(corpus.lm).parent / "corpus" / "test.txt").read_text().split())
-        teach = {"updates": args.teach_updates, "lr": args.teach_lr,
+        teach = {"updates": args.teach_updates, "lr": args.teach_lr, "loss": "answer",
                  "length": self.teach_length(args)} if args.teach_updates else None
-        self.teaching_written = None  # the teaching documents' folder, once written (by the first LM taught)
         out = data.setdefault("study", {"scale": asdict(scale), "multiples": multiples, "depths": depths,
                                         "models": {}, "lms_from": args.lms_from, "teach": teach})
         for name in (self.held(args) if args.lms_from else args.models or scale.mechanism_models):
@@ -264,33 +197,17 @@ class NeedleBenchmark(Study):
 
     def taught(self, study: Quality, name: str, run: Dict, corpus, teach: Dict) -> Dict:
         """The LM ``name`` (its trained ``run``) taught the format: ``teach["updates"]`` updates of fairseq-train from
-        its checkpoint, its own flags, on the needle documents of :meth:`teaching_data`, one document a sample; the
-        taught run (study.train's record)."""
+        its checkpoint, its own model flags, with ``--task needle_retrieval`` (documents made on the fly from the
+        study's data: its train split's text and the filler, the loss on the answer only); the taught run
+        (study.train's record)."""
         arch, extra = LM_MODELS[name]
         updates, batch = teach["updates"], study.lm_batch()
-        flags = study.lm_args(name)
-        flags[0] = self.teaching_data(study, arch, run, corpus, teach)
-        flags[flags.index("--sample-break-mode") + 1] = "eos"  # a document a sample, from its start
-        flags[flags.index("--tokens-per-sample") + 1] = teach["length"]
-        return study.train(("teach", arch, study.s.lm_tokens, *extra, updates, f"lr{teach['lr']:g}"), [
-            *flags, "--restore-file", run["best"], "--reset-optimizer", "--reset-dataloader", "--reset-meters",
-            "--reset-lr-scheduler"], updates, teach["lr"], batch)
-
-    def teaching_data(self, study: Quality, arch: str, run: Dict, corpus, teach: Dict) -> Path:
-        """The binarized needle documents of ``teach["length"]`` tokens every LM of this call is taught on, written
-        once (the LMs share the study's dictionary and sentencepiece model, so the first one's hub tokenizes them for
-        all): the train split's text and the filler, one seed."""
-        folder = study.work / "needle-teaching"
-        if self.teaching_written != folder:
-            folder.mkdir(parents=True, exist_ok=True)
-            lm = load_lm(arch, run, corpus, teach["length"])
-            prompts = Prompts(lm, (Path(corpus.lm).parent / "corpus" / "train.txt").read_text())
-            rng, batch = random.Random(1), study.lm_batch()
-            for split, count in (("train", teach["updates"] * batch), ("valid", 4 * batch)):
-                write_split(teaching_documents(prompts, teach["length"], count, rng), lm.src_dict, folder / split)
-            shutil.copy(Path(corpus.lm) / "dict.txt", folder / "dict.txt")
-            self.teaching_written = folder
-        return folder
+        flags = [str(flag) for flag in study.lm_args(name)]
+        flags = without(flags, "--task", "--sample-break-mode", "--tokens-per-sample")
+        return study.train(("teach", arch, study.s.lm_tokens, *extra, updates, f"lr{teach['lr']:g}", "answer"), [
+            *flags, "--task", "needle_retrieval", "--criterion", "associative_recall", "--tokens-per-sample",
+            teach["length"], "--valid-documents", 4 * batch, "--restore-file", run["best"], "--reset-optimizer",
+            "--reset-dataloader", "--reset-meters", "--reset-lr-scheduler"], updates, teach["lr"], batch)
 
     @staticmethod
     def retrieve(arch: str, run: Dict, corpus, text: str, n: int, multiples: List[int], depths: List[float]
@@ -304,7 +221,7 @@ class NeedleBenchmark(Study):
             lm.cfg.dataset.batch_size, lm.cfg.dataset.max_tokens = len(depths), None
         decoder = lm.models[0].decoder
         shape = {"layers": len(decoder.layers), "dim": decoder.embed_dim}  # as trained, whatever the scale says
-        prompts, rng = Prompts(lm, text), random.Random(0)
+        prompts, rng = hub_prompts(lm, text), random.Random(0)
         scores = {score: {h: [] for h in HAYSTACKS} for score in SCORES}
         for haystack in HAYSTACKS:
             for multiple in multiples:
@@ -320,7 +237,7 @@ class NeedleBenchmark(Study):
                 # the same prompt with another number hidden: what the needle adds to the number's log-likelihood
                 decoys = [prompts.make(haystack, length, depth, key, decoy, offset)
                           for depth, (key, _, decoy, offset) in zip(depths, trials)]
-                hidden_ids = [prompts.ids(f" {hidden}") for _, hidden, _, _ in trials]
+                hidden_ids = [prompts.encode(f" {hidden}") for _, hidden, _, _ in trials]
                 read, guessed = answer_log_probs(lm, batch, hidden_ids), answer_log_probs(lm, decoys, hidden_ids)
                 scores["gain"][haystack].append([a - b for a, b in zip(read, guessed)])
         return scores, shape
@@ -344,10 +261,12 @@ class NeedleBenchmark(Study):
         teach = study.get("teach")
         if teach:
             lines[-1:-1] = ["", f"Each LM taught the format first: {teach['updates']} updates of fairseq-train from its "
-                            f"checkpoint (lr {teach['lr']:g}, its own flags) on needle documents of "
+                            f"checkpoint (lr {teach['lr']:g}, its own model flags) on needle documents of "
                             f"{teach['length']} tokens (the prompt as scored, then its number; the train split's text "
-                            "and the filler; other numbers), then scored; test ppl: as trained, before the "
-                            "teaching."]
+                            "and the filler; other numbers), "
+                            + ("with `--task needle_retrieval`: the loss on the answer only"
+                               if teach.get("loss") == "answer" else "the LM loss over the whole document")
+                            + ", then scored; test ppl: as trained, before the teaching."]
         columns = [f"{h} {m}x" for h in HAYSTACKS for m in multiples]
         for score, title, fmt in (("exact", "Exact match of the 7 digits (RULER's score)", "{:.2f}"),
                                   ("digits", "Digits right in place (partial credit)", "{:.2f}"),
@@ -399,6 +318,19 @@ class NeedleBenchmark(Study):
             axes[row][0].set_ylabel(label)
         axes[0][-1].legend(fontsize=7)
         return titled(fig, "needle retrieval", data)
+
+
+def without(flags: List[str], *names: str) -> List[str]:
+    """The command-line ``flags`` without the options ``names`` and their values."""
+    kept, skip = [], False
+    for flag in flags:
+        if skip:
+            skip = False
+        elif flag in names:
+            skip = True
+        else:
+            kept.append(flag)
+    return kept
 
 
 def load_lm(arch: str, run: Dict, corpus, positions: int):

@@ -2,32 +2,27 @@
 digits read back from a generation, and its --quick run through the real command lines (slow)."""
 import json
 import os
-import random
 import subprocess
 import sys
 
 import pytest
-import torch
 from fairseq.data import Dictionary
 from linattn_benchmarks.needle import (
-    FILLER,
-    INSTRUCTION,
     SCORES,
     NeedleBenchmark,
-    Prompts,
     digits_right,
     first_number,
+    hub_prompts,
     in_quarters,
-    needle,
-    question,
-    teaching_documents,
-    write_split,
+    without,
 )
 from linattn_benchmarks.runner import ROOT, parse_args
 
+from fairseq_linattn.tasks.needle import FILLER, INSTRUCTION, needle, question
+
 
 class WordLM:
-    """What Prompts uses of a hub interface, with one word a token."""
+    """What hub_prompts uses of a hub interface, with one word a token."""
 
     def __init__(self, text):
         self.src_dict = Dictionary()
@@ -45,7 +40,7 @@ class WordLM:
 @pytest.mark.parametrize("depth", [0.0, 0.3, 0.9])
 def test_a_prompt_has_the_length_asked_and_the_needle_between_sentences(haystack, depth):
     lm = WordLM("First one here. Second one there. Third one. " * 3)
-    prompts = Prompts(lm, "First one here. Second one there. Third one. " * 3)
+    prompts = hub_prompts(lm, "First one here. Second one there. Third one. " * 3)
     ids = prompts.make(haystack, 120, depth, "apple", "1234567", offset=5)
     words = lm.src_dict.string(ids).split()
     assert len(ids) == 120 and words[-len(question("apple").split()):] == question("apple").split()
@@ -57,41 +52,10 @@ def test_a_prompt_has_the_length_asked_and_the_needle_between_sentences(haystack
     assert int(depth * room) <= start - hay_start <= int(depth * room) + 8  # at the depth, at the next sentence
 
 
-def test_teaching_documents_are_prompts_of_the_length_then_their_number(tmp_path):
-    """What --teach-updates trains on: the scored prompt's form, cut so that the prompt, its number, a full stop and
-    the end of sentence make the length asked; haystacks in turn; the split reads back as fairseq reads a split."""
-    from fairseq.data import data_utils
-
-    text = "First one here. Second one there. Third one. " * 3
-    lm = WordLM(text)
-    for word in [f"{d}{d}{d}{d}{d}{d}{d}." for d in range(10)] + [f"{d}{d}{d}{d}{d}{d}{d}" for d in range(10)]:
-        lm.src_dict.add_symbol(word)
-    documents = teaching_documents(Prompts(lm, text), 80, 4, _Repdigits(random.Random(0)))
-    for i, document in enumerate(documents):
-        words = lm.src_dict.string(document).split()
-        assert len(document) == 79 and words[-1].endswith(".") and words[-2] == "is:"
-        hidden = words[-1][:-1]
-        assert f"is: {hidden}." in " ".join(words[:-(len(question("x").split()) + 1)])  # the needle holds it
-        assert ("grass" in words) == (i % 2 == 0)  # filler, text, filler, text
-    write_split(documents, lm.src_dict, tmp_path / "train")
-    split = data_utils.load_indexed_dataset(str(tmp_path / "train"), lm.src_dict)
-    assert len(split) == 4 and all(torch.equal(split[i][:-1], documents[i]) and split[i][-1] == lm.src_dict.eos()
-                                   for i in range(4))
-
-
-class _Repdigits:
-    """random.Random whose numbers are one digit repeated (WordLM has a token for each)."""
-
-    def __init__(self, rng):
-        self.rng = rng
-
-    def randrange(self, *args):
-        if args == (10 ** 6, 10 ** 7):
-            return int(str(self.rng.randrange(1, 10)) * 7)
-        return self.rng.randrange(*args)
-
-    def __getattr__(self, name):
-        return getattr(self.rng, name)
+def test_teaching_flags_drop_the_language_modelling_options():
+    assert without(["data", "--task", "language_modeling", "--arch", "x", "--sample-break-mode", "none",
+                    "--tokens-per-sample", "256", "--dropout", "0.1"], "--task", "--sample-break-mode",
+                   "--tokens-per-sample") == ["data", "--arch", "x", "--dropout", "0.1"]
 
 
 def test_teaching_takes_no_negative_updates(capsys):
@@ -103,8 +67,8 @@ def test_teaching_takes_no_negative_updates(capsys):
 def test_a_hub_that_does_not_tokenize_is_refused():
     lm = WordLM("First one here.")
     lm.src_dict = Dictionary()  # none of the words: what a hub without the data's sentencepiece model sees
-    with pytest.raises(ValueError, match="bpe='sentencepiece'"):
-        Prompts(lm, "First one here.")
+    with pytest.raises(ValueError, match="not tokenized as the data was"):
+        hub_prompts(lm, "First one here.")
 
 
 def test_the_digits_are_read_back():
@@ -177,17 +141,18 @@ def test_quick_run_writes_the_table(tmp_path):
         assert {key: model[key] for key in ("params", "test_ppl", "by_depth", "layers", "dim")} == {
             key: study["models"][name][key] for key in ("params", "test_ppl", "by_depth", "layers", "dim")}
     assert "1 layers, d=32" in (again / "needle.md").read_text()
-    # taught the format first (--teach-updates): fairseq-train from each LM's checkpoint on needle documents
+    # taught the format first (--teach-updates): fairseq-train from each LM's checkpoint, --task needle_retrieval
     taught = tmp_path / "taught"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_needle.py"), "--quick", "--out",
                            str(taught), "--lms-from", str(tmp_path / "work" / "quick"), "--threads", "1",
                            "--teach-updates", "2"], capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((taught / "needle.json").read_text())["study"]
-    assert result["teach"] == {"updates": 2, "lr": 1e-3, "length": 256} and list(result["models"]) == list(study["models"])
+    assert result["teach"] == {"updates": 2, "lr": 1e-3, "length": 256, "loss": "answer"}
+    assert list(result["models"]) == list(study["models"])
     for name, model in result["models"].items():
         assert model["test_ppl"] == study["models"][name]["test_ppl"]  # as trained; the taught model is scored
         assert model["teach_valid_loss"] > 0
-    teaching = list((tmp_path / "work" / "quick" / "checkpoints").glob("teach-*-2-lr0.001"))  # one folder per count and rate
+    teaching = list((tmp_path / "work" / "quick" / "checkpoints").glob("teach-*-2-lr0.001-answer"))  # a folder per count, rate
     assert len(teaching) == len(study["models"]) and all((t / "checkpoint_best.pt").exists() for t in teaching)
     assert "Each LM taught the format first: 2 updates" in (taught / "needle.md").read_text()
