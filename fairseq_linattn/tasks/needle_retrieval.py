@@ -3,7 +3,7 @@ and accuracy on the answer only (``--criterion associative_recall``): a language
 taught to retrieve, not to predict the haystack (the LM loss over a whole document spends itself on the text around
 a 9-token answer).
 
-The data folder is a language-modelling one as scripts/prepare_lm_data.py and the studies write it: ``dict.txt``,
+The data folder is a language-modelling one as the studies write it: ``dict.txt``,
 ``sentencepiece.bpe.model`` and the binarized splits, whose text is the S-NIAH-2 haystack of the documents of that
 split (the other half of the documents hide the needle in repeated filler). Each document has ``--tokens-per-sample``
 tokens: the end of sentence a language model's generation starts from, the prompt, the answer (" 1234567.").
@@ -18,12 +18,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from fairseq.data import FairseqDataset, data_utils
+from fairseq.data import Dictionary, FairseqDataset, data_utils
 from fairseq.tasks import register_task
 from fairseq.tasks.language_modeling import LanguageModelingConfig, LanguageModelingTask
 
 from .associative_recall import collate_scored
-from .needle import HAYSTACKS, KEYS, NeedlePrompts, answer, draw_number
+from .needle import DIGITS, HAYSTACKS, INSTRUCTION, KEYS, NeedlePrompts, answer, draw_number, needle, question
 
 SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"
 
@@ -85,10 +85,17 @@ class NeedleRetrievalTask(LanguageModelingTask):
         for name in ("dict.txt", SENTENCEPIECE_MODEL):
             if not (folder / name).is_file():
                 return (f"--task needle_retrieval needs a language-modelling data folder with {name}: {folder} has "
-                        "none (prepare one with scripts/prepare_lm_data.py)")
+                        "none (prepare one with fairseq-linattn-prepare-lm-data)")
         for name in ("train_documents", "valid_documents"):
             if int(getattr(args, name, 1)) < 1:
                 return f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}"
+        encode = encoder(folder, Dictionary.load(str(folder / "dict.txt")))
+        # the longest prompt without its haystack, its answer, the eos generation starts from and one haystack token
+        shortest = max(len(encode(INSTRUCTION + needle(key, "0" * DIGITS) + question(key) + answer("0" * DIGITS)))
+                       for key in KEYS) + 2
+        if int(getattr(args, "tokens_per_sample", shortest)) < shortest:
+            return (f"--tokens-per-sample {args.tokens_per_sample} holds no needle document: its words alone take "
+                    f"{shortest - 1} tokens of this dictionary; give at least {shortest}")
         return None
 
     def build_criterion(self, cfg, from_checkpoint=False):
@@ -101,15 +108,8 @@ class NeedleRetrievalTask(LanguageModelingTask):
     def prompts(self, split: str) -> NeedlePrompts:
         """The prompts of a split: the data's sentencepiece model, and the split's text (ends of sentence dropped)
         as the S-NIAH-2 haystack."""
-        import sentencepiece
-
         folder = Path(self.args.data.split(":")[0])
-        model = sentencepiece.SentencePieceProcessor(model_file=str(folder / SENTENCEPIECE_MODEL))
-
-        def encode(text: str) -> torch.Tensor:
-            pieces = " ".join(model.encode(text, out_type=str))
-            return self.dictionary.encode_line(pieces, add_if_not_exist=False, append_eos=False).long()
-
+        encode = encoder(folder, self.dictionary)
         data = data_utils.load_indexed_dataset(str(folder / split), self.dictionary, self.args.dataset_impl)
         if data is None:
             raise FileNotFoundError(f"--task needle_retrieval: no split {split} in {folder} (its text is that "
@@ -121,3 +121,17 @@ class NeedleRetrievalTask(LanguageModelingTask):
         count = self.args.train_documents if split == "train" else self.args.valid_documents
         self.datasets[split] = NeedleDataset(self.prompts(split), self.args.tokens_per_sample, count,
                                              self.args.needle_seed, split, self.dictionary)
+
+
+def encoder(folder: Path, dictionary: Dictionary):
+    """Text -> token ids (no end of sentence) as the data was made: the folder's sentencepiece model, then the
+    dictionary (what the hub's apply_bpe and binarize do)."""
+    import sentencepiece
+
+    model = sentencepiece.SentencePieceProcessor(model_file=str(folder / SENTENCEPIECE_MODEL))
+
+    def encode(text: str) -> torch.Tensor:
+        pieces = " ".join(model.encode(text, out_type=str))
+        return dictionary.encode_line(pieces, add_if_not_exist=False, append_eos=False).long()
+
+    return encode

@@ -85,6 +85,7 @@ def test_a_folder_without_the_sentencepiece_model_is_named(tmp_path, data):
 @pytest.mark.parametrize("flags,message", [
     (["--criterion", "cross_entropy"], "use --criterion associative_recall, not cross_entropy"),
     (["--train-documents", "0"], "--train-documents must be at least 1, got 0"),
+    (["--tokens-per-sample", "40"], "--tokens-per-sample 40 holds no needle document: its words alone take"),
 ])
 def test_mistakes_are_one_line_when_the_command_line_is_parsed(monkeypatch, capsys, data, flags, message):
     argv = ["fairseq-train", str(data), "--task", "needle_retrieval", "--criterion", "associative_recall", "--arch",
