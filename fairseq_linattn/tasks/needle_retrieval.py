@@ -124,14 +124,13 @@ class NeedleRetrievalTask(LanguageModelingTask):
 
 
 def encoder(folder: Path, dictionary: Dictionary):
-    """Text -> token ids (no end of sentence) as the data was made: the folder's sentencepiece model, then the
-    dictionary (what the hub's apply_bpe and binarize do)."""
-    import sentencepiece
+    """Text -> token ids (no end of sentence) as the data was made: fairseq's sentencepiece BPE with the folder's
+    model, then the dictionary (what the hub's apply_bpe and binarize do)."""
+    from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
 
-    model = sentencepiece.SentencePieceProcessor(model_file=str(folder / SENTENCEPIECE_MODEL))
+    bpe = SentencepieceBPE(SentencepieceConfig(sentencepiece_model=str(folder / SENTENCEPIECE_MODEL)))
 
     def encode(text: str) -> torch.Tensor:
-        pieces = " ".join(model.encode(text, out_type=str))
-        return dictionary.encode_line(pieces, add_if_not_exist=False, append_eos=False).long()
+        return dictionary.encode_line(bpe.encode(text), add_if_not_exist=False, append_eos=False).long()
 
     return encode
