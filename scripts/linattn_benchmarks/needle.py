@@ -178,7 +178,7 @@ class NeedleBenchmark(Study):
                                         "models": {}, "lms_from": args.lms_from, "teach": teach})
         for name in (self.held(args) if args.lms_from else args.models or scale.mechanism_models):
             run = study.trained_language_model(name) if args.lms_from else study.language_model(name)
-            scored = self.taught(study, name, run, corpus, teach) if teach else run
+            scored = self.taught(study, name, run, teach) if teach else run
             scores, shape = self.retrieve(LM_MODELS[name][0], scored, corpus, text, scale.lm_tokens, multiples, depths)
             out["models"][name] = {"params": run["params"], "test_ppl": run["test_ppl"], "by_depth": scores, **shape}
             if teach:
@@ -195,7 +195,7 @@ class NeedleBenchmark(Study):
         needle and its answer: 4x)."""
         return self.scale(args).lm_tokens * (4 if args.quick else 1)
 
-    def taught(self, study: Quality, name: str, run: Dict, corpus, teach: Dict) -> Dict:
+    def taught(self, study: Quality, name: str, run: Dict, teach: Dict) -> Dict:
         """The LM ``name`` (its trained ``run``) taught the format: ``teach["updates"]`` updates of fairseq-train from
         its checkpoint, its own model flags, with ``--task needle_retrieval`` (documents made on the fly from the
         study's data: its train split's text and the filler, the loss on the answer only); the taught run
