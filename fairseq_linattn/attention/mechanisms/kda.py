@@ -36,14 +36,12 @@ class KimiDeltaAttention(GatedDeltaNet2Attention):
         self.A_log, self.dt_bias = mamba2_decay_parameters(num_heads, embed_dim, decay_init=self.decay_init)
 
     def gates(self, x):
-        """B x H x T x head_dim each: the log decay per key channel, and β (one per head) as both the erase gate
-        (every key channel) and the write gate (every value channel)."""
+        """The log decay per key channel (B x H x T x head_dim), and β (one per head, B x H x T x 1) as both the
+        erase gate (every key channel) and the write gate (every value channel): the ops broadcast it."""
         dtype = compute_dtype(x)
         rate = self.split_heads(F.softplus(self.decay_proj(x).to(dtype) + self.dt_bias))
         beta = torch.sigmoid(self.beta_proj(x).to(dtype)).permute(1, 2, 0).unsqueeze(-1)  # B x H x T x 1
-        per_channel = beta.expand(*rate.shape)
-        return {"log_decay": -self.A_log.to(dtype).exp()[:, None, None] * rate, "erase": per_channel,
-                "write": per_channel}
+        return {"log_decay": -self.A_log.to(dtype).exp()[:, None, None] * rate, "erase": beta, "write": beta}
 
     @classmethod
     def benchmark_op(cls, shape, chunk, randn):
@@ -51,8 +49,4 @@ class KimiDeltaAttention(GatedDeltaNet2Attention):
         -softplus(randn)/10; q, k as for delta."""
         op, q, k, (log_decay, _, _) = super().benchmark_op(shape, chunk, randn)
         beta = torch.sigmoid(randn(*shape[:3], 1)).requires_grad_()
-
-        def run(q, k, v, g, b):
-            return op(q, k, v, g, b.expand(*shape), b.expand(*shape))
-
-        return run, q, k, (log_decay, beta)
+        return (lambda q, k, v, g, b: op(q, k, v, g, b, b)), q, k, (log_decay, beta)

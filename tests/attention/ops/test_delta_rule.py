@@ -1,5 +1,7 @@
 """The delta-rule ops (DeltaNet, Gated DeltaNet) against their token-by-token reference: outputs, final states,
 gradients, continuation, the recurrent step, half precision, the delta rule's overwrite, shape errors."""
+import importlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,6 +18,8 @@ from fairseq_linattn.attention.ops.delta_rule.utils import (
     solve_and_carry_autograd,
 )
 from tests.reference import assert_grads_match_reference, assert_matches_reference
+
+delta_chunk = importlib.import_module("fairseq_linattn.attention.ops.delta_rule.chunk")
 
 # log decays: none (DeltaNet), mild (exp(g) mostly 0.3-0.9), strong (exp(g) mostly < 0.02: the cumulative decay
 # over a chunk of 64 is about exp(-300), below float32's range: must underflow to 0, not overflow)
@@ -60,6 +64,30 @@ def test_chunk_matches_naive_float64(length, chunk_size, decay):
     out, final = chunk_delta_rule(q, k, v, beta, log_decay, chunk_size, initial_state=state, return_state=True)
     ref, ref_final = naive_recurrent_delta_rule(q, k, v, beta, log_decay, initial_state=state)
     assert out.shape == v.shape and final.shape == state.shape
+    assert_matches_reference(out, ref, 1e-10, "output")
+    assert_matches_reference(final, ref_final, 1e-10, "final state")
+    inputs, names = leaves(q, k, v, beta, log_decay, state)
+    assert_grads_match_reference(joined(out, final), joined(ref, ref_final), inputs, 1e-9, names)
+
+
+@pytest.mark.parametrize("path", ["from-start", "decay-matrix"])
+@pytest.mark.parametrize("decay", ["mild", "strong"])
+def test_gated_paths_match_naive_float64(decay, path, monkeypatch):
+    """Gated DeltaNet by each of its two chunked paths: the chunks' factors measured from their start (as Gated
+    DeltaNet-2's inputs with one gate per head: every chunk here decays by less than the limit, chunk 8) and the
+    C x C decay matrix (forced, by a limit below any decay); outputs, final state and every gradient, float64."""
+    from fairseq_linattn.attention.ops.gated_linear_attn import scores
+    from_start = importlib.import_module("fairseq_linattn.attention.ops.delta_rule.from_start")
+    taken = []
+    real = from_start.chunked_from_start
+    monkeypatch.setattr(from_start, "chunked_from_start", lambda *x: taken.append(1) or real(*x))
+    monkeypatch.setattr(delta_chunk, "chunked_from_start", from_start.chunked_from_start)
+    if path == "decay-matrix":
+        monkeypatch.setattr(scores, "WHOLE_CHUNK_LIMIT", -1.0)
+    q, k, v, beta, log_decay, state = make_inputs(length=37, decay=decay, requires_grad=True)
+    out, final = chunk_delta_rule(q, k, v, beta, log_decay, 8, initial_state=state, return_state=True)
+    assert bool(taken) == (path == "from-start")
+    ref, ref_final = naive_recurrent_delta_rule(q, k, v, beta, log_decay, initial_state=state)
     assert_matches_reference(out, ref, 1e-10, "output")
     assert_matches_reference(final, ref_final, 1e-10, "final state")
     inputs, names = leaves(q, k, v, beta, log_decay, state)

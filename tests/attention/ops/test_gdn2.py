@@ -229,6 +229,31 @@ def test_matches_flash_linear_attentions_naive_recurrent_gdn2():
     assert_matches_reference(final, fla_final, 1e-12, "final state")
 
 
+@pytest.mark.parametrize("decay", DECAYS)
+def test_gates_per_head_broadcast(decay):
+    """Erase, write and log decay given one per head and step (``... x T x 1``: KDA's β, Gated DeltaNet's decay)
+    compute what the same gates copied to every channel do, chunked (mild decays: the chunks' factors from their
+    start; strong and mixed: the general paths, the gates expanded), token by token and by the recurrent step; and
+    their gradients come back in the per-head shape, the sums over the channels' (float64)."""
+    q, k, v, log_decay, erase, write, state = make_inputs(length=37, decay=decay)
+    per_head = [log_decay[..., :1], erase[..., :1], write[..., :1]]
+    leaves = [x.clone().requires_grad_() for x in per_head]
+    expanded = [x.clone().requires_grad_() for x in per_head]
+    out, final = chunked(q, k, v, *leaves, state)
+    ref, ref_final = chunked(q, k, v, *(x.expand_as(like) for x, like in zip(expanded, (k, k, v))), state)
+    assert_matches_reference(out, ref, 1e-10, "output")
+    assert_matches_reference(final, ref_final, 1e-10, "final state")
+    assert_grads_match_reference(joined(out, final), joined(ref, ref_final), leaves, 1e-9,
+                                 ["log_decay", "erase", "write"], ref_inputs=expanded)
+    naive, naive_final = naive_recurrent_gdn2(q, k, v, *per_head, state)
+    assert_matches_reference(out, naive, 1e-10, "output against the token-by-token reference")
+    step, step_state = recurrent_gdn2_step(q[..., :1, :], k[..., :1, :], v[..., :1, :],
+                                           *(x[..., :1, :] for x in per_head), state)
+    first, first_state = naive_recurrent_gdn2(*(x[..., :1, :] for x in (q, k, v, *per_head)), state)
+    assert_matches_reference(step, first, 1e-12, "recurrent step")
+    assert_matches_reference(step_state, first_state, 1e-12, "recurrent step's state")
+
+
 def test_gated_deltanet_is_gdn2_with_one_gate_and_decay_per_head():
     """b = w = β and g the same for every channel (all three one per head, broadcast) is Gated DeltaNet: our
     ``chunk_delta_rule`` with a log decay, outputs, final state and the gradients of every input (through the
@@ -342,8 +367,9 @@ def test_shape_errors():
             op(q, k[:, :, :9], v, log_decay, erase, write)
         with pytest.raises(ValueError, match=r"log_decay must have shape .*got \(2, 3, 10, 3\)"):
             op(q, k, v, log_decay[..., :3], erase, write)
-        with pytest.raises(ValueError, match=r"erase must have k's shape \(2, 3, 10, 8\) .*got \(2, 3, 10, 1\)"):
-            op(q, k, v, log_decay, erase[..., :1], write)
+        with pytest.raises(ValueError, match=r"erase must have k's shape \(2, 3, 10, 8\) .*\(2, 3, 10, 1\) \(one per "
+                                             r"head\), got \(2, 3, 10, 3\)"):
+            op(q, k, v, log_decay, erase[..., :3], write)
         with pytest.raises(ValueError, match=r"write must have v's shape \(2, 3, 10, 6\) .*got \(2, 3, 10\)"):
             op(q, k, v, log_decay, erase, write[..., 0])
         with pytest.raises(ValueError, match=r"state must have shape \(\.\.\., M, D\) = \(2, 3, 8, 6\), got "

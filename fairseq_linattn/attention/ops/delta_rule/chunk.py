@@ -1,6 +1,8 @@
 """The delta rule (DeltaNet, and Gated DeltaNet with ``log_decay``) chunked for training: O(T) time and memory,
 backward written out for the decay-weighted scores (:func:`weighted_scores`) and the solve and loop over chunks
-(:func:`.utils.solve_and_carry`), the rest by autograd.
+(:func:`.utils.solve_and_carry`), the rest by autograd. With a decay, when every chunk decays by at most
+``WHOLE_CHUNK_LIMIT`` from its start (the usual case), Gated DeltaNet goes by :mod:`.from_start` instead: Gated
+DeltaNet-2's chunk inputs with its gates one per head, where the C x C decay matrix below is never formed.
 
     S_t = exp(g_t) (I - β_t k_t k_t^T) S_{t-1} + β_t k_t v_t^T,    o_t = S_t^T q_t
 
@@ -36,6 +38,7 @@ import torch
 from torch import Tensor
 
 from .. import fla_kernels
+from .from_start import chunked_from_start, decays_from_start
 from .utils import check_inputs, in_chunks, matrix_state, solve_and_carry
 
 
@@ -90,11 +93,16 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[
         return in_chunks(x, n, chunk, dtype)
 
     q, k, v, beta = split(q), split(k), split(v), split(beta.unsqueeze(-1))  # beta: N x chunks x C x 1
+    if log_decay is not None:
+        log_decay = split(log_decay.unsqueeze(-1))  # N x chunks x C x 1
+        if decays_from_start(log_decay):  # the usual case: Gated DeltaNet-2's with one gate per head (see there)
+            out, state = chunked_from_start(q, k, v, log_decay, beta, beta, state)
+            return out.flatten(1, 2)[:, :length], state
     # masks from an index comparison: a batched tril_ runs a parallel loop over the batch even for tiny
     # matrices, which cost milliseconds per call on busy cores (measured on 2 shared cores)
     position = torch.arange(chunk, device=q.device)
     future = position[:, None] < position
-    b = None if log_decay is None else split(log_decay.unsqueeze(-1)).cumsum(-2)  # N x chunks x C x 1, per chunk
+    b = None if log_decay is None else log_decay.cumsum(-2)  # N x chunks x C x 1, per chunk
     scores, lower = weighted_scores(torch.matmul(q, k.transpose(-1, -2)), k, beta, b, future)
     if b is None:
         keys_weighted, q_carried, k_into_state, state_decay = beta * k, q, k, None

@@ -77,15 +77,15 @@ def intra_chunk_scores_from_start(decayed: Tensor, k: Tensor, b: Tensor, undecay
     """:func:`intra_chunk_scores` for a caller that has the queries decayed from each chunk's start already,
     ``decayed`` = q ⊙ exp(b) (the queries of its products with the state entering the chunk; stacked sets as there):
     measured against r = 0, the chunk's start, the keys take exp(-b) and the queries nothing more, one product per
-    chunk (:class:`_FromStartScores`). Exact where the chunk's whole decay from its start (-b at its last position,
+    chunk (:func:`causal_product`). Exact where the chunk's whole decay from its start (-b at its last position,
     the least b for decays <= 0) is at most ``WHOLE_CHUNK_LIMIT``; the other chunks (a boolean ``N x chunks`` mask) go by
     :func:`intra_chunk_scores` on ``undecayed(mask)``, their queries as they were (exp(b) there may underflow)."""
     from_start = b.amin((-2, -1)) >= -WHOLE_CHUNK_LIMIT  # exp(-b) <= exp(WHOLE_CHUNK_LIMIT) everywhere in the chunk
-    if bool(from_start.all()):  # one host sync in the usual case
-        return _FromStartScores.apply(decayed, k, b)
+    if bool(from_start.all()):  # one host sync
+        return causal_product(decayed, k * torch.exp(-b))
     out = decayed.new_empty(*decayed.shape[:-1], k.size(-2))
     if bool(from_start.any()):
-        out[from_start] = _FromStartScores.apply(decayed[from_start], k[from_start], b[from_start])
+        out[from_start] = causal_product(decayed[from_start], k[from_start] * torch.exp(-b[from_start]))
     rest = ~from_start
     out[rest] = intra_chunk_scores(undecayed(rest), k[rest], b[rest])
     return out
@@ -146,29 +146,28 @@ class _WholeChunkScores(torch.autograd.Function):
         return d_q, d_k, d_b
 
 
-class _FromStartScores(torch.autograd.Function):
-    """Queries decayed from the chunk's start, q_i exp(b_i) <= 1 (given), keys k_j exp(-b_j) <=
-    exp(WHOLE_CHUNK_LIMIT), one product, the future masked: :class:`_WholeChunkScores` with r = 0, so that the
-    query side needs no factor of its own. b's gradient here is the keys' side only; the queries' side reaches b
-    through the caller's exp(b)."""
+def causal_product(q: Tensor, k: Tensor) -> Tensor:
+    """The scores of queries and keys already measured against the chunk's start (q ⊙ exp(b) and k ⊙ exp(-b), both
+    bounded: see :func:`intra_chunk_scores_from_start`; stacked query sets as in :func:`intra_chunk_scores`): one
+    product, the future masked, its backward the two products."""
+    return _CausalProduct.apply(q, k)
 
+
+class _CausalProduct(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, decayed, k, b):
-        k_factors = torch.exp(b.neg())
-        k_scaled = k * k_factors
-        causal = _causal_weights(b.size(-2), decayed.size(-2) // k.size(-2), k_scaled)
-        out = torch.matmul(decayed, k_scaled.transpose(-1, -2)).mul_(causal)
-        ctx.save_for_backward(decayed, k, k_factors, k_scaled)
+    def forward(ctx, q, k):
+        causal = _causal_weights(k.size(-2), q.size(-2) // k.size(-2), k)
+        out = torch.matmul(q, k.transpose(-1, -2)).mul_(causal)
+        ctx.save_for_backward(q, k)
         ctx.causal = causal
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out):
-        decayed, k, k_factors, k_scaled = ctx.saved_tensors
+        q, k = ctx.saved_tensors
         d_out = d_out * ctx.causal
-        d_k = torch.matmul(d_out.transpose(-1, -2), decayed).mul_(k_factors)  # all sets in one product
-        return torch.matmul(d_out, k_scaled), d_k, torch.mul(k, d_k).neg_()
+        return torch.matmul(d_out, k), torch.matmul(d_out.transpose(-1, -2), q)  # all sets in one product
 
 
 def per_set(x: Tensor, sets: int) -> Tensor:

@@ -17,9 +17,11 @@ g within the chunk (per channel: b_i ∈ R^M), γ_i = exp(b_i):
 E and P are GLA's intra-chunk scores with a decay per key dimension (the exponent depends on m):
 :mod:`..gated_linear_attn.scores` forms them exactly for any decay. A chunk that decays by at most
 ``WHOLE_CHUNK_LIMIT`` from its start (the usual case) takes both as one product (Γ ⊙ [A; Q]) (K ⊙ exp(-b))^T,
-of the rows the solve needs anyway; a chunk that decays more (the keys' factor would overflow) goes by the
-cheapest of the general paths. Every other weight is exp of a nonpositive number (γ, exp(b_C - b)); outside those
-bounded key factors nothing is divided by a decay, so any decay is stable: weights underflow to 0, correctly.
+of the rows the solve needs anyway; when every chunk does, the inputs are made by :mod:`..delta_rule.from_start`
+(one exponential in all), which also serves Gated DeltaNet and takes gates one per head (``... x T x 1``) as they
+are. A chunk that decays more (the keys' factor would overflow) goes by the cheapest of the general paths. Every
+other weight is exp of a nonpositive number (γ, exp(b_C - b)); outside those bounded key factors nothing is
+divided by a decay, so any decay is stable: weights underflow to 0, correctly.
 The solve and the loop over chunks are the delta rule's (:func:`..delta_rule.utils.solve_and_carry`); the element-wise
 inputs of both, one node (:class:`_ChunkInputs`; its first form cost 11% less CPU time for the op's forward +
 backward than the same products left to autograd, at n = 4096 on one thread).
@@ -38,6 +40,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from ..delta_rule.from_start import chunked_from_start, decays_from_start
 from ..delta_rule.utils import in_chunks, solve_and_carry
 from ..gated_linear_attn.scores import SUB_CHUNK, intra_chunk_scores_from_start, per_set
 from ..linear_attn.utils import matrix_state
@@ -50,7 +53,8 @@ def chunk_gdn2(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, erase: Tensor
     """Gated DeltaNet-2 over whole sequences, chunk by chunk, with the token-by-token recurrence's result.
 
     q, k: ``... x T x M`` (keys L2-normalised by the caller), v: ``... x T x D``, log_decay: ``... x T x M``
-    (<= 0; or ``... x T x 1``, one per head), erase: ``... x T x M``, write: ``... x T x D`` (both in (0, 1)).
+    (<= 0), erase: ``... x T x M``, write: ``... x T x D`` (both in (0, 1)); each gate may be ``... x T x 1``
+    instead, one per head (KDA's β as erase and write).
     ``initial_state`` (``... x M x D``) continues from an earlier call; with ``return_state`` the state after
     the last token is returned too (in the compute dtype: fp32 for half inputs). The output is in v's dtype.
     Differentiable in all inputs and the initial state, through the output and the final state.
@@ -67,7 +71,7 @@ def chunk_gdn2(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, erase: Tensor
         chunk = min(chunk_size, length)
         if chunk > SUB_CHUNK:
             chunk = -(-chunk // SUB_CHUNK) * SUB_CHUNK  # whole sub-chunks, as the scores want them
-        out, state = _chunked(q, k, v, log_decay.expand_as(k), erase, write, state, chunk)
+        out, state = _chunked(q, k, v, log_decay, erase, write, state, chunk)
         out = out.reshape(*lead, length, d).to(v.dtype)
     state = state.view(*lead, m, d)
     return (out, state) if return_state else out
@@ -82,10 +86,15 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, erase: Tensor, 
     def split(x: Tensor) -> Tensor:
         return in_chunks(x, n, chunk, dtype)
 
-    q, k, erase = split(q), split(k), split(erase)
+    q, k, v, log_decay, erase, write = (split(x) for x in (q, k, v, log_decay, erase, write))
+    if decays_from_start(log_decay):  # the usual case: one masked product of factors made once
+        out, state = chunked_from_start(q, k, v, log_decay, erase, write, state)
+        return out.flatten(1, 2)[:, :length], state
+    # some chunk decays too much for that: the gates per channel, as the general paths take them
+    log_decay, erase, write = log_decay.expand_as(k), erase.expand_as(k), write.expand_as(v)
     # Γ ⊙ [A; Q] stacked in each chunk, so that both score matrices come from one product, and its halves
     decayed, erase_carried, q_carried, b, values, k_into_state, state_decay = _ChunkInputs.apply(
-        q, k, split(v), split(log_decay), erase, split(write))
+        q, k, v, log_decay, erase, write)
 
     def undecayed(rows: Tensor) -> Tensor:  # [A; Q] of the chunks that decay too much for Γ ⊙ [A; Q]
         return torch.cat([erase[rows] * k[rows], q[rows]], -2)
@@ -141,3 +150,4 @@ class _ChunkInputs(torch.autograd.Function):
         d_log_decay = torch.cumsum(d_b, -2).neg_().add_(d_b).add_(d_b.sum(-2, keepdim=True))
         d_k = torch.mul(d_erase_keys, erase).addcmul_(d_k_into_state, to_end)
         return d_q, d_k, d_values * write, d_log_decay, d_erase_keys.mul_(k), d_values * v
+

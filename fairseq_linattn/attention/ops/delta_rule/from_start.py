@@ -1,0 +1,90 @@
+"""The chunked delta rule's usual case, for Gated DeltaNet, KDA and Gated DeltaNet-2 alike: every chunk decays by at
+most ``WHOLE_CHUNK_LIMIT`` from its start, so each position's decay can be measured from the chunk's start in both
+directions, and the chunk's inputs are made with one exponential and nothing else transcendental.
+
+In the notation of :mod:`..gdn2.chunk` (a chunk of C tokens, b the cumsum of the log decays within it, Γ = exp(b)
+per position and key channel, or one per head; A = erase ⊙ K):
+
+    [E; P] = causal(Γ ⊙ [A; Q]) (K ⊙ Γ^{-1})^T,     K ⊙ exp(b_C - b) = (K ⊙ Γ^{-1}) ⊙ γ_C
+
+E (the solve's lower part) and P (the output's scores) from one product, masked on and below the diagonal
+(:func:`..gated_linear_attn.scores.causal_product`; the solve reads only E's part below it). Γ <= 1 and
+Γ^{-1} <= exp(WHOLE_CHUNK_LIMIT), so every factor stays far inside fp32's range, and with one decay per head
+the two factors of a score multiply to exactly its weight exp(b_i - b_j). The general paths (:mod:`..gdn2.chunk`,
+:mod:`.chunk`) form the decays within a chunk explicitly and take any decay; this one replaces their C x C decay
+matrix (the delta rule's) or their keys' second exponential (gdn2's) with a reciprocal.
+
+The gates broadcast: erase ``N x chunks x C x (M or 1)``, write ``... x (D or 1)``, log decay ``... x (M or 1)``
+(one per head: KDA's β, Gated DeltaNet's β and decay), and their gradients come back in their own shapes.
+"""
+from typing import Tuple
+
+import torch
+from torch import Tensor
+
+from ..gated_linear_attn import scores
+from ..gated_linear_attn.scores import per_set
+from .utils import solve_and_carry
+
+
+def decays_from_start(log_decay: Tensor) -> bool:
+    """Whether every chunk of ``log_decay`` (``N x chunks x C x F``, <= 0) decays by at most ``WHOLE_CHUNK_LIMIT``
+    from its start: its cumulative decay is least at the chunk's end, the sum. One host sync."""
+    return bool(log_decay.sum(-2).amin() >= -scores.WHOLE_CHUNK_LIMIT)
+
+
+def chunked_from_start(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, erase: Tensor, write: Tensor,
+                       state: Tensor) -> Tuple[Tensor, Tensor]:
+    """The chunked inputs (``N x chunks x C x ·``, the compute dtype; gates as the module doc says) of chunks that
+    all pass :func:`decays_from_start`, and the state entering the first (``N x M x D``) -> the output
+    ``N x chunks x C x D`` and the final state."""
+    decayed, erase_carried, q_carried, keys, values, k_into_state, state_decay = _FromStartInputs.apply(
+        q, k, v, log_decay, erase, write)
+    lower, chunk_scores = scores.causal_product(decayed, keys).split(k.size(-2), -2)
+    return solve_and_carry(lower, erase_carried, values, q_carried, chunk_scores, k_into_state, state_decay, state)
+
+
+class _FromStartInputs(torch.autograd.Function):
+    """The inputs of the scores and the solve, as one autograd node with its backward written out (the same
+    element-wise products left to autograd made a node each and a fresh gradient per factor). Outputs:
+    Γ ⊙ [A; Q] stacked in each chunk (``N x chunks x 2C x M``) and its two halves (views, each with a gradient of
+    its own), the keys K ⊙ Γ^{-1}, write ⊙ V, K ⊙ exp(b_C - b) and γ_C^T (``N x chunks x (M or 1) x 1``)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, log_decay, erase, write):
+        gamma = log_decay.cumsum(-2).exp_()
+        decayed = q.new_empty(*q.shape[:-2], 2, *q.shape[-2:])
+        torch.mul(erase, k, out=decayed[..., 0, :, :]).mul_(gamma)
+        torch.mul(q, gamma, out=decayed[..., 1, :, :])
+        inverse = torch.reciprocal(gamma)  # exp(-b), bounded in these chunks
+        keys = k * inverse
+        last = gamma[..., -1:, :]  # γ_C
+        k_into_state = keys * last
+        decayed = decayed.flatten(-3, -2)
+        ctx.save_for_backward(q, k, v, erase, write, decayed, gamma, inverse, keys, k_into_state, last)
+        erase_carried, q_carried = decayed.split(k.size(-2), -2)
+        return decayed, erase_carried, q_carried, keys, write * v, k_into_state, last.transpose(-1, -2)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_decayed, d_erase_carried, d_q_carried, d_keys, d_values, d_k_into_state, d_state_decay):
+        # (an output nobody used arrives as zeros: autograd materialises them for a Function)
+        q, k, v, erase, write, decayed, gamma, inverse, keys, k_into_state, last = ctx.saved_tensors
+        # the gradients of Γ ⊙ A and Γ ⊙ Q: through the stacked rows and through the halves
+        d_decayed_erase, d_decayed_q = (d + d_half for d, d_half in zip(per_set(d_decayed, 2).unbind(-3),
+                                                                         (d_erase_carried, d_q_carried)))
+        decayed_erase, decayed_q = per_set(decayed, 2).unbind(-3)
+        d_keys = torch.addcmul(d_keys, d_k_into_state, last)  # through both uses of the keys
+        # b's gradient: each factor is exp(±b) of its own position (d exp(±b) / db = ±exp(±b)), γ_C that of the end
+        d_b = torch.mul(d_decayed_erase, decayed_erase).addcmul_(d_decayed_q, decayed_q)
+        d_b = d_b.addcmul_(d_keys, keys, value=-1).sum_to_size(gamma.shape)
+        d_last = (d_k_into_state * k_into_state).sum(-2, keepdim=True).sum_to_size(last.shape)
+        d_b[..., -1:, :].add_(d_last).addcmul_(d_state_decay.transpose(-1, -2), last)
+        # b = cumsum(g): g's gradient sums b's from its step on, the chunk's total less the sum before it. Not
+        # flip-cumsum-flip: its two flipped copies are fresh temporaries
+        d_log_decay = torch.cumsum(d_b, -2).neg_().add_(d_b).add_(d_b.sum(-2, keepdim=True))
+        d_erase_keys, d_q = d_decayed_erase.mul_(gamma), d_decayed_q.mul_(gamma)
+        d_k = torch.mul(d_erase_keys, erase).addcmul_(d_keys, inverse)
+        d_erase = d_erase_keys.mul_(k).sum_to_size(erase.shape)
+        d_write = (d_values * v).sum_to_size(write.shape)
+        return d_q, d_k, d_values * write, d_log_decay, d_erase, d_write
