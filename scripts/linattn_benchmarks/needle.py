@@ -116,6 +116,9 @@ class NeedleBenchmark(Study):
                                  "answer only; default 0: score the LMs as trained)")
         parser.add_argument("--teach-lr", type=positive_float, default=1e-3,
                             help="the teaching's peak learning rate (10%% warm-up, then linear decay)")
+        parser.add_argument("--teach-seed", type=positive_int, default=1,
+                            help="the teaching's fairseq-train --seed and its documents' --needle-seed (default 1): "
+                                 "another seed teaches each LM again, for the spread of the taught scores")
         parser.add_argument("--work-dir", default=str(Path(ROOT) / "runs" / "needle"))
         parser.add_argument("--lms-from", type=existing_dir, default=None, metavar="DIR",
                             help="a quality study's work folder with its scale's subfolder (e.g. "
@@ -172,7 +175,7 @@ class NeedleBenchmark(Study):
             corpus = prepare_corpus(work, scale.corpus_chars, scale.vocab)
         study = Quality(work, scale, corpus, prefix="needle")
         text = " ".join((Path(corpus.lm).parent / "corpus" / "test.txt").read_text().split())
-        teach = {"updates": args.teach_updates, "lr": args.teach_lr, "loss": "answer",
+        teach = {"updates": args.teach_updates, "lr": args.teach_lr, "loss": "answer", "seed": args.teach_seed,
                  "length": self.teach_length(args)} if args.teach_updates else None
         out = data.setdefault("study", {"scale": asdict(scale), "multiples": multiples, "depths": depths,
                                         "models": {}, "lms_from": args.lms_from, "teach": teach})
@@ -204,10 +207,13 @@ class NeedleBenchmark(Study):
         updates, batch = teach["updates"], study.lm_batch()
         flags = [str(flag) for flag in study.lm_args(name)]
         flags = without(flags, "--task", "--sample-break-mode", "--tokens-per-sample")
-        return study.train(("teach", arch, study.s.lm_tokens, *extra, updates, f"lr{teach['lr']:g}", "answer"), [
-            *flags, "--task", "needle_retrieval", "--criterion", "associative_recall", "--tokens-per-sample",
-            teach["length"], "--valid-documents", 4 * batch, "--restore-file", run["best"], "--reset-optimizer",
-            "--reset-dataloader", "--reset-meters", "--reset-lr-scheduler"], updates, teach["lr"], batch)
+        seed = teach["seed"]
+        return study.train(
+            ("teach", arch, study.s.lm_tokens, *extra, updates, f"lr{teach['lr']:g}", "answer", f"seed{seed}"), [
+                *flags, "--task", "needle_retrieval", "--criterion", "associative_recall", "--tokens-per-sample",
+                teach["length"], "--valid-documents", 4 * batch, "--needle-seed", seed, "--restore-file", run["best"],
+                "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--reset-lr-scheduler"],
+            updates, teach["lr"], batch, seed=seed)
 
     @staticmethod
     def retrieve(arch: str, run: Dict, corpus, text: str, n: int, multiples: List[int], depths: List[float]
@@ -261,7 +267,8 @@ class NeedleBenchmark(Study):
         teach = study.get("teach")
         if teach:
             lines[-1:-1] = ["", f"Each LM taught the format first: {teach['updates']} updates of fairseq-train from its "
-                            f"checkpoint (lr {teach['lr']:g}, its own model flags) on needle documents of "
+                            f"checkpoint (lr {teach['lr']:g}, seed {teach.get('seed', 1)}, its own model flags) on "
+                            "needle documents of "
                             f"{teach['length']} tokens (the prompt as scored, then its number; the train split's text "
                             "and the filler; other numbers), "
                             + ("with `--task needle_retrieval`: the loss on the answer only"

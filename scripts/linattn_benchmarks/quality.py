@@ -221,8 +221,9 @@ class Quality:
                 s.ffn, "--encoder-attention-heads", s.heads, "--max-positions", n, "--encoder-normalize-before"]
 
     def train(self, key: tuple, task_args: List, updates: int, lr: float, batch: int, metric: str = "loss",
-              echo=None) -> Dict:
-        """One fairseq-train run (once per ``key``); ``echo``: the log lines printed as it runs (fairseq_runs.fairseq)."""
+              echo=None, seed: Optional[int] = None) -> Dict:
+        """One fairseq-train run (once per ``key``); ``echo``: the log lines printed as it runs (fairseq_runs.fairseq);
+        ``seed``: its --seed, if not the scale's."""
         if key in self.runs:
             return self.runs[key]
         s = self.s
@@ -236,7 +237,7 @@ class Quality:
                    "--lr", lr, "--warmup-updates", max(1, updates // 10), "--total-num-update", updates,
                    "--max-update", updates, "--validate-interval-updates", validate_every, *saving,
                    "--save-dir", save, "--log-interval", min(10, max(1, updates // 8)), *s.device, *COMMON,
-                   "--seed", s.seed]
+                   "--seed", s.seed if seed is None else seed]
         # the record names what the run depends on: its command, its data and the checkpoints it starts from (a
         # finetuning's parent: the same path may hold another parent by now). Not the plugin's code, nor where it
         # lies (--user-dir): after changing it, train again (no --resume)

@@ -64,6 +64,12 @@ def test_teaching_takes_no_negative_updates(capsys):
     assert "error: --teach-updates must be 0 (no teaching) or more, got -3" in capsys.readouterr().err
 
 
+def test_teaching_seed_is_positive(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(NeedleBenchmark(), ["--teach-updates", "10", "--teach-seed", "0"])
+    assert "--teach-seed" in capsys.readouterr().err
+
+
 def test_a_hub_that_does_not_tokenize_is_refused():
     lm = WordLM("First one here.")
     lm.src_dict = Dictionary()  # none of the words: what a hub without the data's sentencepiece model sees
@@ -145,14 +151,20 @@ def test_quick_run_writes_the_table(tmp_path):
     taught = tmp_path / "taught"
     proc = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "bench_needle.py"), "--quick", "--out",
                            str(taught), "--lms-from", str(tmp_path / "work" / "quick"), "--threads", "1",
-                           "--teach-updates", "2"], capture_output=True, text=True, env=env, timeout=900)
+                           "--teach-updates", "2", "--teach-seed", "2"], capture_output=True, text=True, env=env,
+                          timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((taught / "needle.json").read_text())["study"]
-    assert result["teach"] == {"updates": 2, "lr": 1e-3, "length": 256, "loss": "answer"}
+    assert result["teach"] == {"updates": 2, "lr": 1e-3, "length": 256, "loss": "answer", "seed": 2}
     assert list(result["models"]) == list(study["models"])
     for name, model in result["models"].items():
         assert model["test_ppl"] == study["models"][name]["test_ppl"]  # as trained; the taught model is scored
         assert model["teach_valid_loss"] > 0
-    teaching = list((tmp_path / "work" / "quick" / "checkpoints").glob("teach-*-2-lr0.001-answer"))  # a folder per count, rate
+    # a folder per count, rate and seed; the seed is the teaching's --seed and its documents' --needle-seed
+    teaching = list((tmp_path / "work" / "quick" / "checkpoints").glob("teach-*-2-lr0.001-answer-seed2"))
     assert len(teaching) == len(study["models"]) and all((t / "checkpoint_best.pt").exists() for t in teaching)
-    assert "Each LM taught the format first: 2 updates" in (taught / "needle.md").read_text()
+    for folder in teaching:
+        command = (folder / "run.txt").read_text().splitlines()
+        assert command[command.index("--needle-seed") + 1] == "2" and command[command.index("--seed") + 1] == "2"
+    assert "Each LM taught the format first: 2 updates of fairseq-train from its checkpoint (lr 0.001, seed 2" in (
+        taught / "needle.md").read_text()
