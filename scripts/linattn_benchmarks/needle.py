@@ -128,6 +128,8 @@ class NeedleBenchmark(Study):
     def problem(self, args) -> str:
         if args.teach_updates < 0:
             return f"--teach-updates must be 0 (no teaching) or more, got {args.teach_updates}"
+        if args.teach_seed != 1 and not args.teach_updates:
+            return f"--teach-seed {args.teach_seed} seeds the teaching: give --teach-updates N as well (or drop it)"
         if args.lms_from:
             missing = [path for path in ("data-bin/dict.txt", "data-bin/sentencepiece.bpe.model", "corpus/test.txt")
                        if not (Path(args.lms_from) / path).exists()]

@@ -64,10 +64,13 @@ def test_teaching_takes_no_negative_updates(capsys):
     assert "error: --teach-updates must be 0 (no teaching) or more, got -3" in capsys.readouterr().err
 
 
-def test_teaching_seed_is_positive(capsys):
+def test_teaching_seed_is_positive_and_needs_teaching(capsys):
     with pytest.raises(SystemExit):
         parse_args(NeedleBenchmark(), ["--teach-updates", "10", "--teach-seed", "0"])
     assert "--teach-seed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parse_args(NeedleBenchmark(), ["--teach-seed", "2"])
+    assert "error: --teach-seed 2 seeds the teaching: give --teach-updates N as well" in capsys.readouterr().err
 
 
 def test_a_hub_that_does_not_tokenize_is_refused():
