@@ -77,11 +77,9 @@ def test_gated_paths_match_naive_float64(decay, path, monkeypatch):
     DeltaNet-2's inputs with one gate per head: every chunk here decays by less than the limit, chunk 8) and the
     C x C decay matrix (forced, by a limit below any decay); outputs, final state and every gradient, float64."""
     from fairseq_linattn.attention.ops.gated_linear_attn import scores
-    from_start = importlib.import_module("fairseq_linattn.attention.ops.delta_rule.from_start")
     taken = []
-    real = from_start.chunked_from_start
-    monkeypatch.setattr(from_start, "chunked_from_start", lambda *x: taken.append(1) or real(*x))
-    monkeypatch.setattr(delta_chunk, "chunked_from_start", from_start.chunked_from_start)
+    real = delta_chunk.chunked_from_start
+    monkeypatch.setattr(delta_chunk, "chunked_from_start", lambda *x: taken.append(1) or real(*x))
     if path == "decay-matrix":
         monkeypatch.setattr(scores, "WHOLE_CHUNK_LIMIT", -1.0)
     q, k, v, beta, log_decay, state = make_inputs(length=37, decay=decay, requires_grad=True)

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..gated_linear_attn import scores
 from ..gated_linear_attn.scores import per_set
-from .utils import solve_and_carry
+from .utils import cumsum_backward, decayed_rows, solve_and_carry, stacked_row_grads
 
 
 def decays_from_start(log_decay: Tensor) -> bool:
@@ -53,14 +53,11 @@ class _FromStartInputs(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, log_decay, erase, write):
         gamma = log_decay.cumsum(-2).exp_()
-        decayed = q.new_empty(*q.shape[:-2], 2, *q.shape[-2:])
-        torch.mul(erase, k, out=decayed[..., 0, :, :]).mul_(gamma)
-        torch.mul(q, gamma, out=decayed[..., 1, :, :])
+        decayed = decayed_rows(q, k, erase, gamma)
         inverse = torch.reciprocal(gamma)  # exp(-b), bounded in these chunks
         keys = k * inverse
         last = gamma[..., -1:, :]  # γ_C
         k_into_state = keys * last
-        decayed = decayed.flatten(-3, -2)
         ctx.save_for_backward(q, k, v, erase, write, decayed, gamma, inverse, keys, k_into_state, last)
         erase_carried, q_carried = decayed.split(k.size(-2), -2)
         return decayed, erase_carried, q_carried, keys, write * v, k_into_state, last.transpose(-1, -2)
@@ -70,9 +67,7 @@ class _FromStartInputs(torch.autograd.Function):
     def backward(ctx, d_decayed, d_erase_carried, d_q_carried, d_keys, d_values, d_k_into_state, d_state_decay):
         # (an output nobody used arrives as zeros: autograd materialises them for a Function)
         q, k, v, erase, write, decayed, gamma, inverse, keys, k_into_state, last = ctx.saved_tensors
-        # the gradients of Γ ⊙ A and Γ ⊙ Q: through the stacked rows and through the halves
-        d_decayed_erase, d_decayed_q = (d + d_half for d, d_half in zip(per_set(d_decayed, 2).unbind(-3),
-                                                                         (d_erase_carried, d_q_carried)))
+        d_decayed_erase, d_decayed_q = stacked_row_grads(d_decayed, d_erase_carried, d_q_carried)
         decayed_erase, decayed_q = per_set(decayed, 2).unbind(-3)
         d_keys = torch.addcmul(d_keys, d_k_into_state, last)  # through both uses of the keys
         # b's gradient: each factor is exp(±b) of its own position (d exp(±b) / db = ±exp(±b)), γ_C that of the end
@@ -80,9 +75,7 @@ class _FromStartInputs(torch.autograd.Function):
         d_b = d_b.addcmul_(d_keys, keys, value=-1).sum_to_size(gamma.shape)
         d_last = (d_k_into_state * k_into_state).sum(-2, keepdim=True).sum_to_size(last.shape)
         d_b[..., -1:, :].add_(d_last).addcmul_(d_state_decay.transpose(-1, -2), last)
-        # b = cumsum(g): g's gradient sums b's from its step on, the chunk's total less the sum before it. Not
-        # flip-cumsum-flip: its two flipped copies are fresh temporaries
-        d_log_decay = torch.cumsum(d_b, -2).neg_().add_(d_b).add_(d_b.sum(-2, keepdim=True))
+        d_log_decay = cumsum_backward(d_b)
         d_erase_keys, d_q = d_decayed_erase.mul_(gamma), d_decayed_q.mul_(gamma)
         d_k = torch.mul(d_erase_keys, erase).addcmul_(d_keys, inverse)
         d_erase = d_erase_keys.mul_(k).sum_to_size(erase.shape)

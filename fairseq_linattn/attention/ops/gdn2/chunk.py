@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from ..delta_rule.from_start import chunked_from_start, decays_from_start
-from ..delta_rule.utils import in_chunks, solve_and_carry
+from ..delta_rule.utils import cumsum_backward, decayed_rows, in_chunks, solve_and_carry, stacked_row_grads
 from ..gated_linear_attn.scores import SUB_CHUNK, intra_chunk_scores_from_start, per_set
 from ..linear_attn.utils import matrix_state
 from .utils import check_gdn2_inputs
@@ -118,13 +118,10 @@ class _ChunkInputs(torch.autograd.Function):
     def forward(ctx, q, k, v, log_decay, erase, write):
         b = log_decay.cumsum(-2)
         gamma = torch.exp(b)
-        decayed = q.new_empty(*q.shape[:-2], 2, *q.shape[-2:])
-        torch.mul(erase, k, out=decayed[..., 0, :, :]).mul_(gamma)
-        torch.mul(q, gamma, out=decayed[..., 1, :, :])
+        decayed = decayed_rows(q, k, erase, gamma)
         last = b[..., -1:, :]
         to_end = torch.sub(last, b).exp_()  # exp(b_C - b) <= 1
         state_decay = torch.exp(last.transpose(-1, -2))
-        decayed = decayed.flatten(-3, -2)
         k_into_state = k * to_end
         ctx.save_for_backward(q, k, v, erase, write, decayed, gamma, to_end, k_into_state, state_decay)
         erase_carried, q_carried = decayed.split(k.size(-2), -2)
@@ -135,19 +132,13 @@ class _ChunkInputs(torch.autograd.Function):
     def backward(ctx, d_decayed, d_erase_carried, d_q_carried, d_b, d_values, d_k_into_state, d_state_decay):
         # (an output nobody used arrives as zeros: autograd materialises them for a Function)
         q, k, v, erase, write, decayed, gamma, to_end, k_into_state, state_decay = ctx.saved_tensors
-        # the gradients of Γ ⊙ A and Γ ⊙ Q: through the stacked rows and through the halves
-        d_decayed_erase, d_decayed_q = (d + d_half for d, d_half in zip(per_set(d_decayed, 2).unbind(-3),
-                                                                         (d_erase_carried, d_q_carried)))
+        d_decayed_erase, d_decayed_q = stacked_row_grads(d_decayed, d_erase_carried, d_q_carried)
         decayed_erase, decayed_q = per_set(decayed, 2).unbind(-3)
         d_b = torch.addcmul(d_b, d_decayed_erase, decayed_erase).addcmul_(d_decayed_q, decayed_q)  # Γ's own, in b
         d_erase_keys, d_q = d_decayed_erase.mul_(gamma), d_decayed_q.mul_(gamma)
         d_to_end = d_k_into_state * k_into_state  # the gradient of b_C - b
         d_b.sub_(d_to_end)
         d_b[..., -1:, :].add_(d_to_end.sum(-2, keepdim=True) + (d_state_decay * state_decay).transpose(-1, -2))
-        # b = cumsum(g): g's gradient sums b's from its step on, the chunk's total less the sum before it. Not
-        # flip-cumsum-flip: its two flipped copies are fresh temporaries (the op's median at n = 4096 fell 5-14%
-        # under glibc's defaults, 1% with freed memory kept)
-        d_log_decay = torch.cumsum(d_b, -2).neg_().add_(d_b).add_(d_b.sum(-2, keepdim=True))
+        d_log_decay = cumsum_backward(d_b)
         d_k = torch.mul(d_erase_keys, erase).addcmul_(d_k_into_state, to_end)
         return d_q, d_k, d_values * write, d_log_decay, d_erase_keys.mul_(k), d_values * v
-
