@@ -75,16 +75,48 @@ def distributed_main_dying_with_parent(i, main, cfg, kwargs):
     return result
 
 
+EXIT_SYNC_TIMEOUT_S = 60.0  # how long a finished worker waits for the others to finish too
+
+
 def _destroy_process_group():
-    """Take the process group down before the interpreter exits. fairseq's ``distributed_main`` ends with a
-    barrier and leaves the group to the interpreter's teardown, where gloo's threads can still be running when
-    their objects are destroyed: on a loaded machine a worker then dies by SIGABRT ("terminate called without an
-    active exception") after training has finished, and the command fails. Reproduced without fairseq: two gloo
-    workers that all-reduce, barrier and exit aborted in 3 of 150 rounds on a busy 2-core machine."""
+    """Take the process group down before the interpreter exits, once every worker is out of the last barrier.
+
+    fairseq's ``distributed_main`` ends with a barrier and leaves the group to the interpreter's teardown, where
+    gloo's threads can still be running when their objects are destroyed: on a loaded machine a worker then dies
+    by SIGABRT ("terminate called without an active exception") after training has finished, and the command
+    fails. Two torchrun "nodes" of two gloo workers that all-reduce, barrier and exit aborted in 3 of 8 rounds
+    beside two other such runs on a 2-core machine, and in none of 39 when the group was destroyed first. Yet the
+    two-node test, which destroys it, once lost a worker to SIGABRT on CI after the others had finished: a worker
+    that tears its connections down while another is still in the barrier can break the other's. So no worker
+    starts tearing down before every worker is out of the barrier (:func:`_leave_together`)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
+        _leave_together(dist)
         dist.destroy_process_group()
+
+
+def _leave_together(dist, timeout_s: float = EXIT_SYNC_TIMEOUT_S):
+    """Wait, through the rendezvous store (no gloo connection), until every rank has arrived here. Rank 0 may host
+    that store (``tcp://`` and ``env://`` without torchrun's agent), so it returns last: after every other rank
+    has told the store it is leaving. Training has finished: a failure here is logged, never raised."""
+    import datetime
+    import time
+
+    try:
+        store = dist.distributed_c10d._get_default_store()
+        rank, world = dist.get_rank(), dist.get_world_size()
+        if store.add("fairseq_linattn/exit/arrived", 1) == world:
+            store.set("fairseq_linattn/exit/all_arrived", "1")
+        store.wait(["fairseq_linattn/exit/all_arrived"], datetime.timedelta(seconds=timeout_s))
+        if rank != 0:
+            store.add("fairseq_linattn/exit/leaving", 1)
+            return
+        deadline = time.monotonic() + timeout_s
+        while store.add("fairseq_linattn/exit/leaving", 0) < world - 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    except Exception as error:  # noqa: BLE001 - the run's work is saved; its exit must not fail on this
+        logger.warning(f"worker {dist.get_rank()} left without waiting for the others to finish: {error}")
 
 
 def call_main_with_cpu_workers(original):

@@ -26,6 +26,16 @@ class Background:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def excerpt(self, chars: int = 4000) -> str:
+        """The log's end; where a process died with faulthandler's dump (PYTHONFAULTHANDLER, set by base_env),
+        the dump's thread stacks first: its list of extension modules alone filled the excerpt of a CI failure."""
+        text = self.log()
+        fatal = text.find("Fatal Python error")
+        if fatal < 0:
+            return text[-chars:]
+        dump = text[fatal:].split("\nExtension modules:", 1)[0]
+        return dump[:chars] + "\n...\n" + text[-chars:]
+
     def wait_until(self, condition: Callable[[], bool], cpu_s: float, what: str, stalled_s: float = 120.0,
                    poll: float = 0.01):
         """Until ``condition()`` holds. The budget is CPU time, not the clock's: the command and its children may use
@@ -37,7 +47,7 @@ class Background:
         next_look = progressed + 0.5
         while not condition():
             if self.process.poll() is not None:
-                raise AssertionError(f"exited ({self.process.returncode}) before {what}:\n{self.log()[-4000:]}")
+                raise AssertionError(f"exited ({self.process.returncode}) before {what}:\n{self.excerpt()}")
             now = time.monotonic()
             if now >= next_look:  # /proc is walked twice a second, the condition (a log read) every poll
                 cpu, next_look = self.cpu_seconds(), now + 0.5
@@ -46,7 +56,7 @@ class Background:
                 if used > cpu_s or now - progressed > stalled_s:
                     self.stop()
                     why = f"{used:.0f} CPU seconds" if used > cpu_s else f"{stalled_s:.0f} s without using the CPU"
-                    raise AssertionError(f"no {what} within {why}:\n{self.log()[-4000:]}")
+                    raise AssertionError(f"no {what} within {why}:\n{self.excerpt()}")
             time.sleep(poll)
 
     def cpu_seconds(self) -> float:
@@ -58,7 +68,7 @@ class Background:
             return self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.stop()
-            raise AssertionError(f"still running after {timeout} s:\n{self.log()[-4000:]}") from None
+            raise AssertionError(f"still running after {timeout} s:\n{self.excerpt()}") from None
         finally:
             self._file.close()
 

@@ -54,7 +54,7 @@ def test_two_nodes_of_torchrun_train_checkpoint_and_resume(mlm_data, tmp_path):
     nodes = [Background("torchrun", "--nnodes", "2", "--nproc_per_node", "2", "--node_rank", str(rank),
                         "--master_addr", "127.0.0.1", "--master_port", "29633", FAIRSEQ_TRAIN, *args,
                         log=tmp_path / f"node{rank}.log") for rank in (0, 1)]
-    assert [node.wait(timeout=240) for node in nodes] == [0, 0], nodes[0].log()[-3000:] + nodes[1].log()[-3000:]
+    assert [node.wait(timeout=240) for node in nodes] == [0, 0], nodes[0].excerpt(3000) + nodes[1].excerpt(3000)
     log = nodes[0].log()
     assert "training on 4 devices" in log and "bsz 32 | num_updates 3" in log
     run("fairseq-validate", mlm_data, "--user-dir", USER_DIR, "--task", "language_modeling", "--path",
