@@ -594,7 +594,7 @@ class MechanismQualityBenchmark(QualityBenchmark):
         markdown, verdicts = render(
             data, "linear attentions with decay, gates and the delta rule beside softmax",
             f" ({4 * dim - dim // 2} for {', '.join(gated)}: their output gate's d x d weights are paid for "
-            "by a narrower FFN, so that every model has about the same parameters)" if gated else "")
+            f"by a narrower FFN{unequal_parameters(data['study'].get('lm', {}))})" if gated else "")
         rows = self.flatness(data["study"])
         if rows:
             markdown += "\n\n" + "\n".join([
@@ -654,6 +654,21 @@ class MechanismQualityBenchmark(QualityBenchmark):
 
 def _fmt(x, digits=2):
     return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+UNEQUAL = 0.03  # a model more than 3% off transformer_lm's parameters is named in the header
+
+
+def unequal_parameters(lm: Dict) -> str:
+    """The header's word on parameters: about equal, or which models the FFN did not equalise and by how much (gdn2's
+    three d x d gate projections per layer and kda's low-rank decay projection are not paid for)."""
+    base = lm.get(SOFTMAX_LM, {}).get("params")
+    off = {name: run["params"] / base - 1 for name, run in lm.items()
+           if base and run.get("params") and abs(run["params"] / base - 1) > UNEQUAL}
+    if not off:
+        return ", so that every model has about the same parameters"
+    return ("; not equal parameters: " + ", ".join(f"{name} {share:+.1%}" for name, share in off.items())
+            + f" against {SOFTMAX_LM} (projections other than the output gate are not paid for: see the parameters column)")
 
 
 def _kept_note(study: Dict) -> str:

@@ -120,6 +120,17 @@ def test_the_header_names_the_narrower_ffn_and_the_kept_rows_only_when_there_are
     assert header().endswith("their s / update as that call measured it: transformer_lm.")
 
 
+def test_the_header_says_which_models_the_ffn_left_with_more_parameters():
+    """gdn2's gate projections are not paid for: the header names it and its surplus instead of claiming equality."""
+    def header(name):
+        data = json.loads((Path(ROOT) / "results" / f"{name}.json").read_text())
+        return next(line for line in MechanismQualityBenchmark().render(data)[0].splitlines() if line.startswith("Budget"))
+
+    assert "not equal parameters: gdn2 +23.5%, gdn2-bare +23.0% against transformer_lm" in header("quality_scale_gdn2")
+    retention = header("quality_scale_retention")  # 3,446,016 against 3,429,888: within 3%
+    assert "so that every model has about the same parameters" in retention and "not equal" not in retention
+
+
 def test_logs_read_back():
     assert valid_curve(TRAIN_LOG) == [(20, 8.176), (40, 8.0)]
     assert valid_curve(TRAIN_LOG, "accuracy") == [(40, 61.5)]
