@@ -101,22 +101,27 @@ def _leave_together(dist, timeout_s: float = EXIT_SYNC_TIMEOUT_S):
     that store (``tcp://`` and ``env://`` without torchrun's agent), so it returns last: after every other rank
     has told the store it is leaving. Training has finished: a failure here is logged, never raised."""
     import datetime
-    import time
 
+    timeout = datetime.timedelta(seconds=timeout_s)
     try:
         store = dist.distributed_c10d._get_default_store()
         rank, world = dist.get_rank(), dist.get_world_size()
-        if store.add("fairseq_linattn/exit/arrived", 1) == world:
-            store.set("fairseq_linattn/exit/all_arrived", "1")
-        store.wait(["fairseq_linattn/exit/all_arrived"], datetime.timedelta(seconds=timeout_s))
+        _count_and_wait(store, "fairseq_linattn/exit/arrived", world, timeout)
         if rank != 0:
-            store.add("fairseq_linattn/exit/leaving", 1)
-            return
-        deadline = time.monotonic() + timeout_s
-        while store.add("fairseq_linattn/exit/leaving", 0) < world - 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+            _count_and_wait(store, "fairseq_linattn/exit/leaving", world - 1, None)
+        elif world > 1:
+            store.wait(["fairseq_linattn/exit/leaving/all"], timeout)
     except Exception as error:  # noqa: BLE001 - the run's work is saved; its exit must not fail on this
         logger.warning(f"worker {dist.get_rank()} left without waiting for the others to finish: {error}")
+
+
+def _count_and_wait(store, key: str, count: int, timeout):
+    """Add this rank to ``key``'s count; the rank that completes it sets ``key/all``, which every rank that passes
+    a ``timeout`` then waits for (``None``: only count)."""
+    if store.add(key, 1) == count:
+        store.set(f"{key}/all", "1")
+    if timeout is not None:
+        store.wait([f"{key}/all"], timeout)
 
 
 def call_main_with_cpu_workers(original):

@@ -591,10 +591,11 @@ class MechanismQualityBenchmark(QualityBenchmark):
     def render(self, data):
         scale = data["study"]["scale"]
         dim, gated = scale["dim"], [name for name in data["study"].get("lm", OUTPUT_GATED) if name in OUTPUT_GATED]
-        markdown, verdicts = render(
-            data, "linear attentions with decay, gates and the delta rule beside softmax",
-            f" ({4 * dim - dim // 2} for {', '.join(gated)}: their output gate's d x d weights are paid for "
-            f"by a narrower FFN{unequal_parameters(data['study'].get('lm', {}))})" if gated else "")
+        unequal = unequal_parameters(data["study"].get("lm", {}))
+        ffn_note = (f" ({4 * dim - dim // 2} for {', '.join(gated)}: their output gate's d x d weights are paid for by "
+                    f"a narrower FFN{'; ' + unequal if unequal else ', so that every model has about the same parameters'})"
+                    if gated else f" ({unequal})" if unequal else "")
+        markdown, verdicts = render(data, "linear attentions with decay, gates and the delta rule beside softmax", ffn_note)
         rows = self.flatness(data["study"])
         if rows:
             markdown += "\n\n" + "\n".join([
@@ -660,15 +661,13 @@ UNEQUAL = 0.03  # a model more than 3% off transformer_lm's parameters is named 
 
 
 def unequal_parameters(lm: Dict) -> str:
-    """The header's word on parameters: about equal, or which models the FFN did not equalise and by how much (gdn2's
-    three d x d gate projections per layer and kda's low-rank decay projection are not paid for)."""
+    """Which models the FFN did not equalise, and by how much (gdn2's three d x d gate projections per layer and kda's
+    low-rank decay projection are not paid for); "" when every model is within :data:`UNEQUAL`."""
     base = lm.get(SOFTMAX_LM, {}).get("params")
-    off = {name: run["params"] / base - 1 for name, run in lm.items()
-           if base and run.get("params") and abs(run["params"] / base - 1) > UNEQUAL}
-    if not off:
-        return ", so that every model has about the same parameters"
-    return ("; not equal parameters: " + ", ".join(f"{name} {share:+.1%}" for name, share in off.items())
-            + f" against {SOFTMAX_LM} (projections other than the output gate are not paid for: see the parameters column)")
+    shares = {name: run["params"] / base - 1 for name, run in lm.items() if run.get("params")} if base else {}
+    off = ", ".join(f"{name} {share:+.1%}" for name, share in shares.items() if abs(share) > UNEQUAL)
+    return (f"not equal parameters: {off} against {SOFTMAX_LM} (projections other than the output gate are not paid "
+            "for: see the parameters column)") if off else ""
 
 
 def _kept_note(study: Dict) -> str:
