@@ -8,6 +8,11 @@ venv="$root/.venv"
 py="${PYTHON:-python3.11}"
 command -v "$py" >/dev/null || py=python3
 
+# a setup interrupted while the venv was being made leaves one without pip: make it again rather than fail on it
+if [ -x "$venv/bin/python" ] && ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+  echo "[bootstrap] $venv has no pip (an interrupted setup?): making it again"
+  rm -rf "$venv"
+fi
 if [ ! -x "$venv/bin/python" ]; then
   echo "[bootstrap] creating $venv"
   "$py" -m venv "$venv"
