@@ -13,7 +13,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from fairseq_linattn.attention.recurrent_state import linear_attentions
 from fairseq_linattn.cli import forkserver
@@ -41,6 +41,16 @@ def gdn2_starts() -> Dict[str, List[str]]:
     gdn2 = linear_attentions()["gdn2"]
     return {f"gdn2-{start}-start": ["--linear-attention", "gdn2", "--gdn2-start", start]
             for start in gdn2.STARTS if start != gdn2.DEFAULT_START}
+
+
+def ffn_for_parameters(count: Callable[[int], int], target: int, wide: int) -> int:
+    """The FFN width at which a model has ``target`` parameters, ``count(ffn)`` being its count at FFN width ``ffn``
+    (linear in it: each layer's two FFN matrices and biases), measured at ``wide`` and half of it: how the studies
+    pay for a mechanism's own projections (gates, decays, convolution) with a narrower FFN."""
+    narrow = wide // 2
+    at_wide = count(wide)
+    per_unit = (at_wide - count(narrow)) / (wide - narrow)
+    return max(1, round(wide - (at_wide - target) / per_unit))
 
 
 def fairseq(command: str, *args, log: Path, echo: Optional[re.Pattern] = PROGRESS, env: Optional[Dict] = None) -> str:

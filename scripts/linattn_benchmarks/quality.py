@@ -42,6 +42,7 @@ from .fairseq_runs import (
     USER_DIR,
     CorpusData,
     fairseq,
+    ffn_for_parameters,
     gdn2_starts,
     last,
     parameter_count,
@@ -157,6 +158,10 @@ class Scale:
     lm_models: Tuple[str, ...] = (SOFTMAX_LM, LINEAR_LM, "linear relu", "linear FAVOR+")
     mechanism_models: Tuple[str, ...] = MECHANISM_MODELS
     seed: int = 1  # every training run's (--seed: a second seed for the spread of a headline number)
+    # False: a model with an output gate pays for it with an FFN d/2 narrower (the tables until 2026-12-07); True
+    # (--equal-parameters): each causal LM gets the FFN width that gives it transformer_lm's parameters, paying for
+    # every projection of its own (gdn2's erase, write and decay rows, kda's low-rank decay, convolutions, gates)
+    equal_parameters: bool = False
 
     @property
     def ffn(self) -> int:
@@ -211,6 +216,7 @@ class Quality:
 
     def __init__(self, work: Path, scale: Scale, data: CorpusData, prefix: str = "quality", resume: bool = False):
         self.work, self.s, self.data, self.prefix, self.resume = work, scale, data, prefix, resume
+        self._ffn: Dict[str, int] = {}  # the causal LMs' FFN widths at equal parameters, once each
         self.runs: Dict[tuple, Dict] = {}
         self._data_digest: Optional[str] = None
 
@@ -354,11 +360,32 @@ class Quality:
             pretrained["dev_accuracy"] = max(accuracies) if s.keep_best else accuracies[-1]
         return pretrained["dev_accuracy"]
 
-    def lm_args(self, name: str) -> List:
-        """fairseq-train's task and model flags for the causal LM ``name`` of LM_MODELS."""
+    def lm_ffn(self, name: str) -> int:
+        """The FFN width of the causal LM ``name``: the scale's, or (Scale.equal_parameters) the width that gives it
+        transformer_lm's parameters; else d/2 narrower for a model with an output gate (its d x d, see LM_MODELS)."""
+        s = self.s
+        if not s.equal_parameters:
+            return s.ffn - s.dim // 2 if name in OUTPUT_GATED else s.ffn
+        if name == SOFTMAX_LM:
+            return s.ffn
+        if name not in self._ffn:
+            target = self.lm_parameters(SOFTMAX_LM, s.ffn)
+            self._ffn[name] = ffn_for_parameters(lambda ffn: self.lm_parameters(name, ffn), target, s.ffn)
+        return self._ffn[name]
+
+    def lm_parameters(self, name: str, ffn: int) -> int:
+        """The parameters of the causal LM ``name`` at FFN width ``ffn``: built in this process from the very flags
+        fairseq-train gets, by fairseq's own parser and task."""
+        from fairseq import options, tasks
+
+        args = options.parse_args_and_arch(options.get_training_parser(), [str(a) for a in self.lm_args(name, ffn)])
+        return sum(p.numel() for p in tasks.setup_task(args).build_model(args).parameters())
+
+    def lm_args(self, name: str, ffn: Optional[int] = None) -> List:
+        """fairseq-train's task and model flags for the causal LM ``name`` of LM_MODELS (FFN: :meth:`lm_ffn`'s)."""
         arch, extra = LM_MODELS[name]
         s, n = self.s, self.s.lm_tokens
-        ffn = s.ffn - s.dim // 2 if name in OUTPUT_GATED else s.ffn  # the output gate's d x d, see LM_MODELS
+        ffn = self.lm_ffn(name) if ffn is None else ffn
         return [self.data.lm, "--task", "language_modeling", "--arch", arch, "--decoder-layers", s.layers,
                 "--decoder-embed-dim", s.dim, "--decoder-ffn-embed-dim", ffn, "--decoder-attention-heads", s.heads,
                 # fairseq's transformer_lm keeps 512-wide input/output embeddings unless told (its config's defaults)
@@ -374,6 +401,7 @@ class Quality:
         arch, extra = LM_MODELS[name]
         s, n = self.s, self.s.lm_tokens
         run = self.train(("lm", arch, n, *extra), self.lm_args(name), s.lm_updates, s.lm_lr, self.lm_batch(), echo=echo)
+        run["ffn"] = self.lm_ffn(name)
         if "test_ppl" not in run:
             run["test_ppl"] = self.eval_lm(run, n, n // 2)[0]
         return run
@@ -486,7 +514,7 @@ class QualityBenchmark(Study):
 
     @staticmethod
     def _row(run: Dict) -> Dict:
-        return {k: run[k] for k in ("params", "seconds_per_update", "train_seconds", "curve", "test_ppl",
+        return {k: run[k] for k in ("params", "ffn", "seconds_per_update", "train_seconds", "curve", "test_ppl",
                                     "dev_accuracy", "kept") if k in run}
 
     def masked_lm(self, study: Quality) -> Dict:
@@ -555,6 +583,14 @@ class MechanismQualityBenchmark(QualityBenchmark):
         parser.add_argument("--models", type=names_among(LM_MODELS), default=None,
                             help=f"comma-separated, transformer_lm always first (default: {', '.join(MECHANISM_MODELS)}; "
                                  f"also {', '.join([*BARE, *PAST_LENGTH, *GDN2_STARTS, *HYBRIDS])})")
+        parser.add_argument("--equal-parameters", action="store_true",
+                            help="give each model the FFN width that gives it transformer_lm's parameters, paying for "
+                                 "every projection of its own (default: a model with an output gate gets an FFN d/2 "
+                                 "narrower, and its other projections are not paid for)")
+
+    @staticmethod
+    def scale(args) -> Scale:
+        return replace(QualityBenchmark.scale(args), equal_parameters=args.equal_parameters)
 
     def problem(self, args) -> str:
         return hybrid_depth_problem(args.models, self.scale(args).layers) or super().problem(args)
@@ -592,9 +628,17 @@ class MechanismQualityBenchmark(QualityBenchmark):
         scale = data["study"]["scale"]
         dim, gated = scale["dim"], [name for name in data["study"].get("lm", OUTPUT_GATED) if name in OUTPUT_GATED]
         unequal = unequal_parameters(data["study"].get("lm", {}))
-        ffn_note = (f" ({4 * dim - dim // 2} for {', '.join(gated)}: their output gate's d x d weights are paid for by "
-                    f"a narrower FFN{'; ' + unequal if unequal else ', so that every model has about the same parameters'})"
-                    if gated else f" ({unequal})" if unequal else "")
+        if scale.get("equal_parameters"):
+            widths = ", ".join(f"{name} {run['ffn']}" for name, run in data["study"].get("lm", {}).items()
+                               if run.get("ffn") not in (None, 4 * dim))
+            ffn_note = (f" for transformer_lm; each other model the width that gives it transformer_lm's parameters, "
+                        f"paying for every projection of its own ({widths}){'; ' + unequal if unequal else ''}")
+        elif gated:
+            equal = "; " + unequal if unequal else ", so that every model has about the same parameters"
+            ffn_note = (f" ({4 * dim - dim // 2} for {', '.join(gated)}: their output gate's d x d weights are paid for "
+                        f"by a narrower FFN{equal})")
+        else:
+            ffn_note = f" ({unequal})" if unequal else ""
         markdown, verdicts = render(data, "linear attentions with decay, gates and the delta rule beside softmax", ffn_note)
         rows = self.flatness(data["study"])
         if rows:

@@ -24,7 +24,16 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from fairseq_linattn.attention.recurrent_state import linear_attentions
 
-from .fairseq_runs import USER_DIR, fairseq, gdn2_starts, parameter_count, say, seconds_per_update, train_seconds
+from .fairseq_runs import (
+    USER_DIR,
+    fairseq,
+    ffn_for_parameters,
+    gdn2_starts,
+    parameter_count,
+    say,
+    seconds_per_update,
+    train_seconds,
+)
 from .machine import machine_line
 from .report import md_table, pyplot, titled
 from .runner import ROOT, Study, entry_point, existing_file, names_among, positive_floats, positive_int, positive_ints
@@ -187,10 +196,8 @@ def equal_ffn(model: str, width: int, s: Scale) -> int:
     width its named model gets."""
     if model in FFN_AS:
         return equal_ffn(FFN_AS[model], width, s)
-    target = parameters(SOFTMAX, width, 4 * width, s)
-    wide, narrow = parameters(model, width, 4 * width, s), parameters(model, width, 2 * width, s)
-    per_unit = (wide - narrow) / (2 * width)
-    return max(1, round(4 * width - (wide - target) / per_unit))
+    return ffn_for_parameters(lambda ffn: parameters(model, width, ffn, s), parameters(SOFTMAX, width, 4 * width, s),
+                              4 * width)
 
 
 def accuracy_curve(log: str, split: str) -> List[Tuple[int, float]]:

@@ -131,6 +131,39 @@ def test_the_header_says_which_models_the_ffn_left_with_more_parameters():
     assert "so that every model has about the same parameters" in retention and "not equal" not in retention
 
 
+def test_equal_parameters_gives_every_model_transformer_lms_count(tmp_path, capsys):
+    """--equal-parameters: each model's FFN pays for all of its own projections (gdn2's three gate rows, kda's
+    low-rank decay, the convolution, the output gate), counted on the model fairseq-train builds from the same flags;
+    without it, the output-gated models keep an FFN d/2 narrower and gdn2 is over (27% here, 23.5% at d = 256)."""
+    (tmp_path / "dict.txt").write_text("".join(f"w{i} 1\n" for i in range(100)))  # what the task's setup reads
+    args = parse_args(MechanismQualityBenchmark(), ["--quick", "--layers", "4", "--equal-parameters"])
+    scale = MechanismQualityBenchmark.scale(args)
+    assert scale.equal_parameters and not MechanismQualityBenchmark.scale(
+        parse_args(MechanismQualityBenchmark(), ["--quick"])).equal_parameters
+    study = quality.Quality(tmp_path / "work", scale, CorpusData(tmp_path, tmp_path, None))
+    target = study.lm_parameters("transformer_lm", scale.ffn)
+    per_unit = scale.layers * (2 * scale.dim + 1)  # one FFN unit: a row and a column of each layer's two matrices
+    widths = {name: study.lm_ffn(name) for name in ("gated-delta", "kda", "gdn2", "hybrid-kda", "linear elu+1")}
+    for name, ffn in widths.items():
+        assert abs(study.lm_parameters(name, ffn) - target) <= per_unit / 2, name
+    assert widths["linear elu+1"] == scale.ffn and widths["gdn2"] < widths["kda"] < widths["gated-delta"] < scale.ffn
+    unequal = quality.Quality(tmp_path / "work", replace(scale, equal_parameters=False), study.data)
+    assert unequal.lm_ffn("gdn2") == unequal.lm_ffn("gated-delta") == scale.ffn - scale.dim // 2
+    assert unequal.lm_parameters("gdn2", unequal.lm_ffn("gdn2")) > 1.1 * target, target
+
+
+def test_the_header_names_each_width_at_equal_parameters():
+    data = json.loads((Path(ROOT) / "results" / "quality_scale_gdn2.json").read_text())
+    data["study"]["scale"]["equal_parameters"] = True
+    for name, run in data["study"]["lm"].items():
+        run["params"] = 3_429_888
+        run["ffn"] = {"transformer_lm": 1024, "gdn2": 503}.get(name, 519)
+    header = next(line for line in MechanismQualityBenchmark().render(data)[0].splitlines() if line.startswith("Budget"))
+    assert ("FFN 1024 for transformer_lm; each other model the width that gives it transformer_lm's parameters, "
+            "paying for every projection of its own (gdn2 503, gdn2-bare 519);") in header
+    assert "not equal" not in header
+
+
 def test_logs_read_back():
     assert valid_curve(TRAIN_LOG) == [(20, 8.176), (40, 8.0)]
     assert valid_curve(TRAIN_LOG, "accuracy") == [(40, 61.5)]
