@@ -92,6 +92,23 @@ def test_gated_paths_match_naive_float64(decay, path, monkeypatch):
     assert_grads_match_reference(joined(out, final), joined(ref, ref_final), inputs, 1e-9, names)
 
 
+def test_gated_decays_too_strong_for_the_chunk_run_from_the_start_of_shorter_chunks(monkeypatch):
+    """Gated DeltaNet decaying by about 1.5 per step: 96 per chunk of 64, 48 per 32: the from-start path at 32, as
+    the token-by-token reference (outputs, state, every gradient; float64)."""
+    lengths = []
+    real = delta_chunk.chunked_from_start
+    monkeypatch.setattr(delta_chunk, "chunked_from_start", lambda q, *x: lengths.append(q.size(-2)) or real(q, *x))
+    q, k, v, beta, _, state = make_inputs(length=150, requires_grad=True)
+    log_decay = (-1.5 * (torch.rand_like(beta) * 0.2 + 0.9)).requires_grad_()
+    out, final = chunk_delta_rule(q, k, v, beta, log_decay, 64, initial_state=state, return_state=True)
+    assert lengths == [32]
+    ref, ref_final = naive_recurrent_delta_rule(q, k, v, beta, log_decay, initial_state=state)
+    assert_matches_reference(out, ref, 1e-10, "output")
+    assert_matches_reference(final, ref_final, 1e-10, "final state")
+    inputs, names = leaves(q, k, v, beta, log_decay, state)
+    assert_grads_match_reference(joined(out, final), joined(ref, ref_final), inputs, 1e-9, names)
+
+
 @pytest.mark.parametrize("decay", DECAYS)
 def test_chunk_float32_matches_float64(decay):
     """float32 against the float64 reference on the same inputs: outputs, state and gradients within 1e-4."""

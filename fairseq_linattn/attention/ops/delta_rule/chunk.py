@@ -1,8 +1,9 @@
 """The delta rule (DeltaNet, and Gated DeltaNet with ``log_decay``) chunked for training: O(T) time and memory,
 backward written out for the decay-weighted scores (:func:`weighted_scores`) and the solve and loop over chunks
 (:func:`.utils.solve_and_carry`), the rest by autograd. With a decay, when every chunk decays by at most
-``WHOLE_CHUNK_LIMIT`` from its start (the usual case), Gated DeltaNet goes by :mod:`.from_start` instead: Gated
-DeltaNet-2's chunk inputs with its gates one per head, where the C x C decay matrix below is never formed.
+``WHOLE_CHUNK_LIMIT`` from its start (the usual case, at ``chunk_size`` or at one of its halves down to 16:
+:func:`.from_start.from_start_chunk`), Gated DeltaNet goes by :mod:`.from_start` instead: Gated DeltaNet-2's chunk
+inputs with its gates one per head, where the C x C decay matrix below is never formed.
 
     S_t = exp(g_t) (I - β_t k_t k_t^T) S_{t-1} + β_t k_t v_t^T,    o_t = S_t^T q_t
 
@@ -38,7 +39,7 @@ import torch
 from torch import Tensor
 
 from .. import fla_kernels
-from .from_start import chunked_from_start, decays_from_start
+from .from_start import chunked_from_start, from_start_chunk
 from .utils import check_inputs, in_chunks, matrix_state, solve_and_carry
 
 
@@ -76,7 +77,10 @@ def chunk_delta_rule(
     if length == 0:
         out = v.new_zeros(v.shape)
     else:
-        out, state = _chunked(q, k, v, beta, log_decay, state, min(chunk_size, length))
+        chunk = min(chunk_size, length)
+        # with a decay, the usual case: every chunk decays little enough from its start, at this length or a shorter one
+        fitting = None if log_decay is None else from_start_chunk(log_decay.unsqueeze(-1), chunk)
+        out, state = _chunked(q, k, v, beta, log_decay, state, fitting or chunk, fitting is not None)
         out = out.reshape(*batch, length, value_dim).to(v.dtype)
     if not return_state:
         return out
@@ -84,7 +88,7 @@ def chunk_delta_rule(
 
 
 def _chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[Tensor], state: Tensor,
-             chunk: int) -> Tuple[Tensor, Tensor]:
+             chunk: int, from_start: bool) -> Tuple[Tensor, Tensor]:
     """Inputs with any leading dims (N of them in all, ``state``: N x M x D in the compute dtype) -> the
     output N x T x D and the final state, both in the compute dtype (see the module doc for the math)."""
     length, n, dtype = q.size(-2), state.size(0), state.dtype
@@ -95,7 +99,7 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, beta: Tensor, log_decay: Optional[
     q, k, v, beta = split(q), split(k), split(v), split(beta.unsqueeze(-1))  # beta: N x chunks x C x 1
     if log_decay is not None:
         log_decay = split(log_decay.unsqueeze(-1))  # N x chunks x C x 1
-        if decays_from_start(log_decay):  # the usual case: Gated DeltaNet-2's with one gate per head (see there)
+        if from_start:  # Gated DeltaNet-2's inputs with one gate per head (see there)
             out, state = chunked_from_start(q, k, v, log_decay, beta, beta, state)
             return out.flatten(1, 2)[:, :length], state
     # masks from an index comparison: a batched tril_ runs a parallel loop over the batch even for tiny
