@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from fairseq_linattn.attention.ops.delta_rule import chunk_delta_rule
-from fairseq_linattn.attention.ops.delta_rule.from_start import from_start_chunk
+from fairseq_linattn.attention.ops.delta_rule.from_start import chunk_length
 from fairseq_linattn.attention.ops.gated_linear_attn import chunk_gated_linear_attention
 from fairseq_linattn.attention.ops.gdn2 import chunk_gdn2, naive_recurrent_gdn2, recurrent_gdn2_step
 from tests.reference import assert_grads_match_reference, assert_matches_reference
@@ -86,7 +86,7 @@ def test_chunk_matches_naive_float64(length, chunk_size, decay):
 @pytest.mark.parametrize("per_token, taken", [(0.5, 64), (1.5, 32), (3.0, 16), (5.0, None)])
 def test_decays_too_strong_for_the_chunk_run_from_the_start_of_shorter_chunks(per_token, taken, monkeypatch):
     """Decays of ``per_token`` on every step and channel: a chunk of 64 decays by 32, 96, 192 or 320 from its start.
-    The op takes the from-start path at the longest of 64, 32, 16 within the limit (60), the general paths at 64
+    The op takes the from-start path at the longest of 64, 32, 16 within the limit (60), the general paths (at 32)
     when none is, and matches the token-by-token reference either way (outputs, state, every gradient; float64)."""
     lengths = []
     real = gdn2_chunk.chunked_from_start
@@ -102,14 +102,15 @@ def test_decays_too_strong_for_the_chunk_run_from_the_start_of_shorter_chunks(pe
     assert_grads_match_reference(joined(out, final), joined(ref, ref_final), inputs, 1e-9, NAMES)
 
 
-def test_the_from_start_length_is_the_longest_half_that_fits():
-    """64 -> 32 -> 16 (halves that stay whole sub-chunks: 48 has none); a padded tail counts as no decay."""
+def test_the_chunk_length_is_the_longest_half_that_runs_from_the_start_else_at_most_32():
+    """64 -> 32 -> 16 (halves that stay whole sub-chunks: 48 has none); a padded tail counts as no decay; when no
+    half fits, the general paths run at the longest half up to 32."""
     decays = torch.full((2, 3, 100, 4), -1.5)  # 96 per 64 tokens, 48 per 32
-    assert from_start_chunk(decays, 64) == 32 and from_start_chunk(decays, 128) == 32
-    assert from_start_chunk(decays, 48) is None and from_start_chunk(decays, 8) == 8
-    assert from_start_chunk(decays[..., :1], 64) == 32  # one decay per head
+    assert chunk_length(decays, 64) == chunk_length(decays, 128) == (32, True)
+    assert chunk_length(decays, 48) == (48, False) and chunk_length(decays, 8) == (8, True)
+    assert chunk_length(decays[..., :1], 64) == (32, True)  # one decay per head
     decays[1, 2, 40] = -61.0  # one step alone past the limit: no length fits
-    assert from_start_chunk(decays, 64) is None
+    assert chunk_length(decays, 64) == chunk_length(decays, 128) == (32, False) and chunk_length(decays, 16) == (16, False)
 
 
 @pytest.mark.parametrize("decay", DECAYS)

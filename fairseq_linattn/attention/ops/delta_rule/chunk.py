@@ -2,8 +2,9 @@
 backward written out for the decay-weighted scores (:func:`weighted_scores`) and the solve and loop over chunks
 (:func:`.utils.solve_and_carry`), the rest by autograd. With a decay, when every chunk decays by at most
 ``WHOLE_CHUNK_LIMIT`` from its start (the usual case, at ``chunk_size`` or at one of its halves down to 16:
-:func:`.from_start.from_start_chunk`), Gated DeltaNet goes by :mod:`.from_start` instead: Gated DeltaNet-2's chunk
-inputs with its gates one per head, where the C x C decay matrix below is never formed.
+:func:`.from_start.chunk_length`), Gated DeltaNet goes by :mod:`.from_start` instead: Gated DeltaNet-2's chunk
+inputs with its gates one per head, where the C x C decay matrix below is never formed; otherwise by the C x C decay
+matrix, in chunks of at most 32.
 
     S_t = exp(g_t) (I - β_t k_t k_t^T) S_{t-1} + β_t k_t v_t^T,    o_t = S_t^T q_t
 
@@ -39,7 +40,7 @@ import torch
 from torch import Tensor
 
 from .. import fla_kernels
-from .from_start import chunked_from_start, from_start_chunk
+from .from_start import chunk_length, chunked_from_start
 from .utils import check_inputs, in_chunks, matrix_state, solve_and_carry
 
 
@@ -78,9 +79,9 @@ def chunk_delta_rule(
         out = v.new_zeros(v.shape)
     else:
         chunk = min(chunk_size, length)
-        # with a decay, the usual case: every chunk decays little enough from its start, at this length or a shorter one
-        fitting = None if log_decay is None else from_start_chunk(log_decay.unsqueeze(-1), chunk)
-        out, state = _chunked(q, k, v, beta, log_decay, state, fitting or chunk, fitting is not None)
+        # with a decay: the length (and path) its decays allow, see chunk_length
+        chunk, from_start = (chunk, False) if log_decay is None else chunk_length(log_decay.unsqueeze(-1), chunk)
+        out, state = _chunked(q, k, v, beta, log_decay, state, chunk, from_start)
         out = out.reshape(*batch, length, value_dim).to(v.dtype)
     if not return_state:
         return out

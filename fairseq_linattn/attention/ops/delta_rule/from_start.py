@@ -17,7 +17,7 @@ matrix (the delta rule's) or their keys' second exponential (gdn2's) with a reci
 The gates broadcast: erase ``N x chunks x C x (M or 1)``, write ``... x (D or 1)``, log decay ``... x (M or 1)``
 (one per head: KDA's β, Gated DeltaNet's β and decay), and their gradients come back in their own shapes.
 """
-from typing import Optional, Tuple
+from typing import Tuple
 
 import torch
 import torch.nn.functional as F
@@ -27,35 +27,42 @@ from ..gated_linear_attn import scores
 from ..gated_linear_attn.scores import per_set
 from .utils import cumsum_backward, decayed_rows, solve_and_carry, stacked_row_grads
 
+GENERAL_PATH_CHUNK = 32  # the longest chunk the general paths run (see chunk_length)
 
-def from_start_chunk(log_decay: Tensor, chunk: int) -> Optional[int]:
-    """The longest chunk length, ``chunk`` or one of its halves down to a sub-chunk (16, and multiples of it), at
-    which every chunk of ``log_decay`` (``... x T x F``, <= 0; F = 1 for one decay per head) decays by at most
-    ``WHOLE_CHUNK_LIMIT`` from its start, so that this path serves the whole call; None when none does. Every chunk
-    length gives the same result: halving trades the general paths (the C x C decay matrix, scores by nested halves)
-    for more chunks, which costs less where the decays are strong, as trained decays become (Gated DeltaNet-2's
-    op with up to 1.6 per token and channel, batch 64 x 4 heads x 256 tokens, head dim 32, forward + backward on one
-    thread: 0.73-0.83 s at 64 by the general paths, 0.41 s at 32 and 0.36-0.37 s at 16 from the start). One host
-    sync, one pass over the decays."""
+
+def chunk_length(log_decay: Tensor, chunk: int) -> Tuple[int, bool]:
+    """(the chunk length to run, whether the from-start path serves it) for a call at ``chunk`` with these decays
+    (``... x T x F``, <= 0; F = 1 for one decay per head): the longest of ``chunk`` and its halves down to a sub-chunk
+    (16, and multiples of it) at which every chunk decays by at most ``WHOLE_CHUNK_LIMIT`` from its start; when none
+    does, the general paths at the longest half up to ``GENERAL_PATH_CHUNK``. Every length gives the same result;
+    shorter ones cost less where the decays are strong, as trained ones are: a trained kda model of the quality study
+    (4 layers, d = 256) has channels decaying by up to 55 per token in every layer, so its op runs the general paths
+    (its first layer's inputs over 4,096 test tokens, forward + backward, 2 threads, nothing else running: 120 ms at
+    64, 96 ms at 32, 98 ms at 16; elu's op 22 ms); decays that fit at 32 but not 64 (up to 1.6 per token and channel)
+    run from the start at 32 instead of by the general paths at 64 (0.41 against 0.73-0.83 s at batch 64 x 4 heads x
+    256 tokens, head dim 32, one thread). One host sync, one pass over the decays."""
     halves = [chunk]
     while halves[-1] % (2 * scores.SUB_CHUNK) == 0:
         halves.append(halves[-1] // 2)
     length, features = log_decay.shape[-2:]
-    decays = log_decay.reshape(-1, length, features)  # summed in fp32 at least: a half-precision sum may round past the limit
+    decays = log_decay.reshape(-1, length, features)
     padded = -(-length // chunk) * chunk  # zero decay past the end, as the chunked ops pad
     if padded > length:
         decays = F.pad(decays, (0, 0, 0, padded - length))
-    total = torch.promote_types(log_decay.dtype, torch.float32)
+    total = torch.promote_types(log_decay.dtype, torch.float32)  # a half-precision sum may round past the limit
     shortest = decays.reshape(decays.size(0), -1, halves[-1], features).sum(-2, dtype=total)  # each one's whole decay
     least = torch.stack([shortest.view(shortest.size(0), -1, c // halves[-1], features).sum(-2).amin() for c in halves])
     fits = (least >= -scores.WHOLE_CHUNK_LIMIT).tolist()
-    return next((c for c, fit in zip(halves, fits) if fit), None)
+    fitting = next((c for c, fit in zip(halves, fits) if fit), None)
+    if fitting is not None:
+        return fitting, True
+    return next((c for c in halves if c <= GENERAL_PATH_CHUNK), halves[-1]), False
 
 
 def chunked_from_start(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, erase: Tensor, write: Tensor,
                        state: Tensor) -> Tuple[Tensor, Tensor]:
     """The chunked inputs (``N x chunks x C x ·``, the compute dtype; gates as the module doc says) of chunks that
-    all decay by at most ``WHOLE_CHUNK_LIMIT`` from their start (a length :func:`from_start_chunk` found), and the
+    all decay by at most ``WHOLE_CHUNK_LIMIT`` from their start (a length :func:`chunk_length` found), and the
     state entering the first (``N x M x D``) -> the output ``N x chunks x C x D`` and the final state."""
     decayed, erase_carried, q_carried, keys, values, k_into_state, state_decay = _FromStartInputs.apply(
         q, k, v, log_decay, erase, write)

@@ -18,10 +18,10 @@ E and P are GLA's intra-chunk scores with a decay per key dimension (the exponen
 :mod:`..gated_linear_attn.scores` forms them exactly for any decay. A chunk that decays by at most
 ``WHOLE_CHUNK_LIMIT`` from its start (the usual case) takes both as one product (Γ ⊙ [A; Q]) (K ⊙ exp(-b))^T,
 of the rows the solve needs anyway; when every chunk does (at ``chunk_size``, or at the longest of its halves down
-to 16 where they all do: :func:`..delta_rule.from_start.from_start_chunk`), the inputs are made by
+to 16 where they all do: :func:`..delta_rule.from_start.chunk_length`), the inputs are made by
 :mod:`..delta_rule.from_start` (one exponential in all), which also serves Gated DeltaNet and takes gates one per head
-(``... x T x 1``) as they are. When even 16 tokens decay more (the keys' factor would overflow), each chunk goes by the
-cheapest of the general paths. Every
+(``... x T x 1``) as they are. When even 16 tokens decay more (the keys' factor would overflow; trained models have such
+channels), each chunk of at most 32 goes by the cheapest of the general paths. Every
 other weight is exp of a nonpositive number (γ, exp(b_C - b)); outside those bounded key factors nothing is
 divided by a decay, so any decay is stable: weights underflow to 0, correctly.
 The solve and the loop over chunks are the delta rule's (:func:`..delta_rule.utils.solve_and_carry`); the element-wise
@@ -42,7 +42,7 @@ from typing import Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from ..delta_rule.from_start import chunked_from_start, from_start_chunk
+from ..delta_rule.from_start import chunk_length, chunked_from_start
 from ..delta_rule.utils import cumsum_backward, decayed_rows, in_chunks, solve_and_carry, stacked_row_grads
 from ..gated_linear_attn.scores import SUB_CHUNK, intra_chunk_scores_from_start, per_set
 from ..linear_attn.utils import matrix_state
@@ -73,8 +73,7 @@ def chunk_gdn2(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, erase: Tensor
         chunk = min(chunk_size, length)
         if chunk > SUB_CHUNK:
             chunk = -(-chunk // SUB_CHUNK) * SUB_CHUNK  # whole sub-chunks, as the scores want them
-        fitting = from_start_chunk(log_decay, chunk)  # the usual case, at this length or a shorter one
-        out, state = _chunked(q, k, v, log_decay, erase, write, state, fitting or chunk, fitting is not None)
+        out, state = _chunked(q, k, v, log_decay, erase, write, state, *chunk_length(log_decay, chunk))
         out = out.reshape(*lead, length, d).to(v.dtype)
     state = state.view(*lead, m, d)
     return (out, state) if return_state else out
