@@ -77,17 +77,27 @@ def intra_chunk_scores_from_start(decayed: Tensor, k: Tensor, b: Tensor, undecay
     """:func:`intra_chunk_scores` for a caller that has the queries decayed from each chunk's start already,
     ``decayed`` = q ⊙ exp(b) (the queries of its products with the state entering the chunk; stacked sets as there):
     measured against r = 0, the chunk's start, the keys take exp(-b) and the queries nothing more, one product per
-    chunk (:func:`causal_product`). Exact where the chunk's whole decay from its start (-b at its last position,
-    the least b for decays <= 0) is at most ``WHOLE_CHUNK_LIMIT``; the other chunks (a boolean ``N x chunks`` mask) go by
-    :func:`intra_chunk_scores` on ``undecayed(mask)``, their queries as they were (exp(b) there may underflow)."""
-    from_start = b.amin((-2, -1)) >= -WHOLE_CHUNK_LIMIT  # exp(-b) <= exp(WHOLE_CHUNK_LIMIT) everywhere in the chunk
-    if bool(from_start.all()):  # one host sync
+    chunk (:func:`causal_product`). Exact for the channels whose whole decay over the chunk (-b at its last position,
+    the least b for decays <= 0) is at most ``WHOLE_CHUNK_LIMIT``. The scores are a sum over channels, so the others
+    (in a trained model a few per head decay by tens per token) are left out of that product and added by
+    :func:`intra_chunk_scores` on them alone, gathered from ``undecayed(mask)`` (the rows as they were, exp(b) there
+    may underflow; mask: the ``N x chunks`` chunks that have any) and the keys, padded to the most any chunk has with
+    zero keys: the nested halves those need cost in proportion to the channels they see."""
+    mild = b.amin(-2, keepdim=True) >= -WHOLE_CHUNK_LIMIT  # N x chunks x 1 x M: exp(-b) <= exp(WHOLE_CHUNK_LIMIT)
+    if bool(mild.all()):  # one host sync
         return causal_product(decayed, k * torch.exp(-b))
-    out = decayed.new_empty(*decayed.shape[:-1], k.size(-2))
-    if bool(from_start.any()):
-        out[from_start] = causal_product(decayed[from_start], k[from_start] * torch.exp(-b[from_start]))
-    rest = ~from_start
-    out[rest] = intra_chunk_scores(undecayed(rest), k[rest], b[rest])
+    out = causal_product(decayed, torch.exp(-b.masked_fill(~mild, 0.0)) * k * mild)  # every chunk's mild channels
+    strong = ~mild.squeeze(-2)  # N x chunks x M
+    rest = strong.any(-1)  # the chunks with a channel the product left out
+    strong = strong[rest]
+    width = int(strong.sum(-1).max())  # one host sync
+    order = strong.to(torch.int8).argsort(dim=-1, descending=True, stable=True)[..., :width]  # their strong channels first
+
+    def gathered(x: Tensor) -> Tensor:
+        return torch.gather(x, -1, order.unsqueeze(-2).expand(*x.shape[:-1], width))
+
+    keys = gathered(k[rest]) * torch.gather(strong, -1, order).unsqueeze(-2)  # padding: zero keys, no scores
+    out[rest] = out[rest] + intra_chunk_scores(gathered(undecayed(rest)), keys, gathered(b[rest]))
     return out
 
 
