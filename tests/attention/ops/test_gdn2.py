@@ -102,6 +102,27 @@ def test_decays_too_strong_for_the_chunk_run_from_the_start_of_shorter_chunks(pe
     assert_grads_match_reference(joined(out, final), joined(ref, ref_final), inputs, 1e-9, NAMES)
 
 
+@pytest.mark.parametrize("chunk_size", [16, 64])
+def test_a_few_fast_decaying_channels_go_apart_from_the_rest(chunk_size, monkeypatch):
+    """As a trained model's decays: mild in most channels, tens per token in a few (one or two per head, which ones
+    varying by head, so that the channels gathered are padded), the scores split by channel; against the
+    token-by-token reference (outputs, state, every gradient; float64), and the split is what ran."""
+    widths = []
+    real = gla_scores.intra_chunk_scores
+    monkeypatch.setattr(gla_scores, "intra_chunk_scores", lambda q, k, b: widths.append(k.size(-1)) or real(q, k, b))
+    inputs = make_inputs(length=70, requires_grad=False)
+    log_decay = inputs[3]
+    log_decay[:, :, :, 1] = -40.0  # every head: channel 1 fast
+    log_decay[:, 0, :, 5] = -25.0  # the first head: channel 5 too
+    inputs = [x.requires_grad_() for x in inputs]
+    out, final = chunked(*inputs, chunk_size=chunk_size)
+    assert widths and max(widths) == 2 < inputs[0].size(-1)
+    ref, ref_final = naive_recurrent_gdn2(*inputs)
+    assert_matches_reference(out, ref, 1e-10, "output")
+    assert_matches_reference(final, ref_final, 1e-10, "final state")
+    assert_grads_match_reference(joined(out, final), joined(ref, ref_final), inputs, 1e-9, NAMES)
+
+
 def test_the_chunk_length_is_the_longest_half_that_runs_from_the_start_else_at_most_32():
     """64 -> 32 -> 16 (halves that stay whole sub-chunks: 48 has none); a padded tail counts as no decay; when no
     half fits, the general paths run at the longest half up to 32."""
