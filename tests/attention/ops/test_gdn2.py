@@ -83,11 +83,11 @@ def test_chunk_matches_naive_float64(length, chunk_size, decay):
     assert_grads_match_reference(joined(out, final), joined(ref, ref_final), inputs, 1e-9, NAMES)
 
 
-@pytest.mark.parametrize("per_token, taken", [(0.5, 64), (1.5, 32), (3.0, 16), (5.0, None)])
+@pytest.mark.parametrize("per_token, taken", [(0.5, 64), (1.5, 32), (3.0, None)])
 def test_decays_too_strong_for_the_chunk_run_from_the_start_of_shorter_chunks(per_token, taken, monkeypatch):
-    """Decays of ``per_token`` on every step and channel: a chunk of 64 decays by 32, 96, 192 or 320 from its start.
-    The op takes the from-start path at the longest of 64, 32, 16 within the limit (60), the general paths (at 32)
-    when none is, and matches the token-by-token reference either way (outputs, state, every gradient; float64)."""
+    """Decays of ``per_token`` on every step and channel: a chunk of 64 decays by 32, 96 or 192 from its start.
+    The op takes the from-start path at the longest of 64 and 32 within the limit (60), the general paths (at 32)
+    when neither is, and matches the token-by-token reference either way (outputs, state, every gradient; float64)."""
     lengths = []
     real = gdn2_chunk.chunked_from_start
     monkeypatch.setattr(gdn2_chunk, "chunked_from_start", lambda q, *x: lengths.append(q.size(-2)) or real(q, *x))
@@ -124,11 +124,12 @@ def test_a_few_fast_decaying_channels_go_apart_from_the_rest(chunk_size, monkeyp
 
 
 def test_the_chunk_length_is_the_longest_half_that_runs_from_the_start_else_at_most_32():
-    """64 -> 32 -> 16 (halves that stay whole sub-chunks: 48 has none); a padded tail counts as no decay; when no
-    half fits, the general paths run at the longest half up to 32."""
+    """128 -> 64 -> 32 (halves that stay whole sub-chunks, down to 32: 48 has none); a padded tail counts as no decay;
+    when no half fits, the general paths run at the longest half up to 32."""
     decays = torch.full((2, 3, 100, 4), -1.5)  # 96 per 64 tokens, 48 per 32
     assert chunk_length(decays, 64) == chunk_length(decays, 128) == (32, True)
     assert chunk_length(decays, 48) == (48, False) and chunk_length(decays, 8) == (8, True)
+    assert chunk_length(decays * 2, 64) == (32, False)  # 96 per 32 tokens: fits only at 16, not tried
     assert chunk_length(decays[..., :1], 64) == (32, True)  # one decay per head
     decays[1, 2, 40] = -61.0  # one step alone past the limit: no length fits
     assert chunk_length(decays, 64) == chunk_length(decays, 128) == (32, False) and chunk_length(decays, 16) == (16, False)

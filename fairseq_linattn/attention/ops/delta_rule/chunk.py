@@ -1,7 +1,7 @@
 """The delta rule (DeltaNet, and Gated DeltaNet with ``log_decay``) chunked for training: O(T) time and memory,
 backward written out for the decay-weighted scores (:func:`weighted_scores`) and the solve and loop over chunks
 (:func:`.utils.solve_and_carry`), the rest by autograd. With a decay, when every chunk decays by at most
-``WHOLE_CHUNK_LIMIT`` from its start (the usual case, at ``chunk_size`` or at one of its halves down to 16:
+``WHOLE_CHUNK_LIMIT`` from its start (the usual case, at ``chunk_size`` or at one of its halves down to 32:
 :func:`.from_start.chunk_length`), Gated DeltaNet goes by :mod:`.from_start` instead: Gated DeltaNet-2's chunk
 inputs with its gates one per head, where the C x C decay matrix below is never formed; otherwise by the C x C decay
 matrix, in chunks of at most 32.

@@ -18,7 +18,7 @@ E and P are GLA's intra-chunk scores with a decay per key dimension (the exponen
 :mod:`..gated_linear_attn.scores` forms them exactly for any decay. A chunk that decays by at most
 ``WHOLE_CHUNK_LIMIT`` from its start (the usual case) takes both as one product (Γ ⊙ [A; Q]) (K ⊙ exp(-b))^T,
 of the rows the solve needs anyway; when every chunk does (at ``chunk_size``, or at the longest of its halves down
-to 16 where they all do: :func:`..delta_rule.from_start.chunk_length`), the inputs are made by
+to 32 where they all do: :func:`..delta_rule.from_start.chunk_length`), the inputs are made by
 :mod:`..delta_rule.from_start` (one exponential in all), which also serves Gated DeltaNet and takes gates one per head
 (``... x T x 1``) as they are. When even 16 tokens decay more (the keys' factor would overflow; trained models have such
 channels), each chunk of at most 32 goes by the cheapest of the general paths. Every
