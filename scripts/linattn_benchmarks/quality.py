@@ -28,6 +28,7 @@ of 1.0 means the model learned nothing from context.
     python scripts/bench_quality.py                  # the default scale: about an hour on 2 CPU cores
     python scripts/bench_quality.py --scale gpu      # larger models and budgets, for a GPU machine (fp16)
 """
+import functools
 import hashlib
 import math
 import shutil
@@ -369,9 +370,13 @@ class Quality:
         if name == SOFTMAX_LM:
             return s.ffn
         if name not in self._ffn:
-            target = self.lm_parameters(SOFTMAX_LM, s.ffn)
-            self._ffn[name] = ffn_for_parameters(lambda ffn: self.lm_parameters(name, ffn), target, s.ffn)
+            self._ffn[name] = ffn_for_parameters(lambda ffn: self.lm_parameters(name, ffn), self.softmax_parameters, s.ffn)
         return self._ffn[name]
+
+    @functools.cached_property
+    def softmax_parameters(self) -> int:
+        """transformer_lm's parameters at the scale's FFN: what --equal-parameters gives every other causal LM."""
+        return self.lm_parameters(SOFTMAX_LM, self.s.ffn)
 
     def lm_parameters(self, name: str, ffn: int) -> int:
         """The parameters of the causal LM ``name`` at FFN width ``ffn``: built in this process from the very flags

@@ -97,8 +97,7 @@ def intra_chunk_scores_from_start(decayed: Tensor, k: Tensor, b: Tensor, undecay
         return torch.gather(x, -1, order.unsqueeze(-2).expand(*x.shape[:-1], width))
 
     keys = gathered(k[rest]) * torch.gather(strong, -1, order).unsqueeze(-2)  # padding: zero keys, no scores
-    out[rest] = out[rest] + intra_chunk_scores(gathered(undecayed(rest)), keys, gathered(b[rest]))
-    return out
+    return out.index_put((rest,), intra_chunk_scores(gathered(undecayed(rest)), keys, gathered(b[rest])), accumulate=True)
 
 
 def paths_by_chunk(b: Tensor) -> Tensor:

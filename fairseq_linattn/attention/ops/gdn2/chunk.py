@@ -20,7 +20,7 @@ E and P are GLA's intra-chunk scores with a decay per key dimension (the exponen
 of the rows the solve needs anyway; when every chunk does (at ``chunk_size``, or at the longest of its halves down
 to 32 where they all do: :func:`..delta_rule.from_start.chunk_length`), the inputs are made by
 :mod:`..delta_rule.from_start` (one exponential in all), which also serves Gated DeltaNet and takes gates one per head
-(``... x T x 1``) as they are. When even 16 tokens decay more (the keys' factor would overflow; trained models have such
+(``... x T x 1``) as they are. When no such length fits (the keys' factor would overflow; trained models have such
 channels), each chunk of at most 32 goes by the cheapest of the general paths. Every
 other weight is exp of a nonpositive number (γ, exp(b_C - b)); outside those bounded key factors nothing is
 divided by a decay, so any decay is stable: weights underflow to 0, correctly.
