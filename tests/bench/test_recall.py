@@ -58,6 +58,15 @@ def test_the_sweep_is_sized_from_the_command_line():
     assert (s.models, s.lrs, s.widths, s.lr_width, s.seeds) == (("softmax", "gdn2"), (2e-3, 5e-4), (64,), 64, (1, 2))
 
 
+def test_the_long_scale_trains_on_its_headline_shape_with_the_rate_found_at_the_default_width():
+    study = RecallBenchmark()
+    s = study.scale(parse_args(study, ["--scale", "long"]))
+    # the goal's shape (d_model 256, 64 pairs in 512 tokens) is trained on, not only tested on
+    assert (s.widths, s.headline, s.longest) == ((256,), "L512_P64", 1024) and "512:64" in s.train_shapes
+    assert s.lrs == (2e-3,) and set(s.models) <= set(MODELS)
+    assert study.scale(parse_args(study, ["--scale", "long", "--models", "gdn2"])).models == ("gdn2",)
+
+
 def test_the_learning_rate_is_searched_at_seed_1_whichever_seeds_a_call_runs(tmp_path, monkeypatch):
     """A call for a third seed alone must use the rate seed 1 found, not search again at seed 3 (which could pick
     another rate and compare seeds trained at different rates)."""
