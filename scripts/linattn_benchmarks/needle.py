@@ -43,7 +43,16 @@ from fairseq_linattn.tasks.needle import draw_number as number
 
 from .fairseq_runs import CorpusData, prepare_corpus, say
 from .machine import machine_line
-from .quality import LM_MODELS, MECHANISM_MODELS, SCALES, SOFTMAX_LM, Quality, hybrid_depth_problem
+from .quality import (
+    LM_MODELS,
+    MECHANISM_MODELS,
+    SCALES,
+    SOFTMAX_LM,
+    Quality,
+    hybrid_depth_problem,
+    lms_from_problem,
+    trained_lms,
+)
 from .report import md_table, pyplot, titled
 from .runner import (
     ROOT,
@@ -131,34 +140,14 @@ class NeedleBenchmark(Study):
         if args.teach_seed != 1 and not args.teach_updates:
             return f"--teach-seed {args.teach_seed} seeds the teaching: give --teach-updates N as well (or drop it)"
         if args.lms_from:
-            missing = [path for path in ("data-bin/dict.txt", "data-bin/sentencepiece.bpe.model", "corpus/test.txt")
-                       if not (Path(args.lms_from) / path).exists()]
-            if missing:
-                return (f"--lms-from {args.lms_from} is not a quality study's work folder (no {missing[0]}): give "
-                        "its --work-dir with the scale's subfolder, e.g. runs/quality_mechanisms/default")
-            held = self.held(args, LM_MODELS)
-            absent = [name for name in args.models or () if name not in held]
-            if absent or not held:
-                return (f"--lms-from {args.lms_from} holds no finished {absent[0] if absent else 'LM of the study'}: "
-                        f"train it there (bench_quality_mechanisms.py --models ... --work-dir {Path(args.lms_from).parent}), "
-                        f"or pick --models among what it holds ({', '.join(held) or 'none'})")
-            return no_gpu_for(args, SCALES)
+            return lms_from_problem(args.lms_from, self.scale(args), args.models, LM_MODELS) or no_gpu_for(args, SCALES)
         # trained here, at the scale's depth
         fix = "train it with bench_quality_mechanisms.py --layers 4 and score it here with --lms-from"
         return hybrid_depth_problem(args.models, self.scale(args).layers, fix) or no_gpu_for(args, SCALES)
 
-    def held(self, args, among=None) -> List[str]:
-        """With --lms-from, the LMs the folder holds, of ``among`` (default: --models, else every causal LM the
-        quality study names)."""
-        study = Quality(Path(args.lms_from), self.scale(args), None)
-        return [name for name in among or args.models or LM_MODELS if self.finished(study, name)]
-
-    @staticmethod
-    def finished(study: Quality, name: str) -> bool:
-        try:
-            return bool(study.trained_language_model(name))
-        except FileNotFoundError:
-            return False
+    def held(self, args) -> List[str]:
+        """With --lms-from, the LMs the folder holds, of --models (default: every causal LM the quality study names)."""
+        return trained_lms(Path(args.lms_from), self.scale(args), args.models or LM_MODELS)
 
     @staticmethod
     def scale(args):

@@ -567,6 +567,39 @@ class QualityBenchmark(Study):
         return plot(data)
 
 
+STUDY_FILES = ("data-bin/dict.txt", "data-bin/sentencepiece.bpe.model", "corpus/test.txt")
+
+
+def trained_lms(folder: Path, scale: Scale, among) -> List[str]:
+    """The causal LMs of ``among`` that an earlier run of the study finished in its work folder ``folder`` (the
+    scale's subfolder, e.g. runs/quality_mechanisms/default)."""
+    study = Quality(Path(folder), scale, None)
+
+    def finished(name: str) -> bool:
+        try:
+            return bool(study.trained_language_model(name))
+        except FileNotFoundError:
+            return False
+
+    return [name for name in among if finished(name)]
+
+
+def lms_from_problem(folder: str, scale: Scale, wanted, among) -> str:
+    """What is wrong with reading the trained LMs ``wanted`` (None: any of ``among``) from the study folder
+    ``folder`` (an ``--lms-from``), or ""."""
+    missing = [path for path in STUDY_FILES if not (Path(folder) / path).exists()]
+    if missing:
+        return (f"--lms-from {folder} is not a quality study's work folder (no {missing[0]}): give "
+                "its --work-dir with the scale's subfolder, e.g. runs/quality_mechanisms/default")
+    held = trained_lms(Path(folder), scale, among)
+    absent = [name for name in wanted or () if name not in held]
+    if absent or not held:
+        return (f"--lms-from {folder} holds no finished {absent[0] if absent else 'LM of the study'}: "
+                f"train it there (bench_quality_mechanisms.py --models ... --work-dir {Path(folder).parent}), "
+                f"or pick --models among what it holds ({', '.join(held) or 'none'})")
+    return ""
+
+
 def hybrid_depth_problem(models, layers: int, fix: str = "add --layers 4 (or 8, ...)") -> str:
     """What is wrong with training the 3:1 hybrids among ``models`` at ``layers`` layers ("" if nothing), and ``fix``."""
     hybrids = [m for m in models or () if m in HYBRIDS]

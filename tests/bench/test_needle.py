@@ -171,3 +171,21 @@ def test_quick_run_writes_the_table(tmp_path):
         assert command[command.index("--needle-seed") + 1] == "2" and command[command.index("--seed") + 1] == "2"
     assert "Each LM taught the format first: 2 updates of fairseq-train from its checkpoint (lr 0.001, seed 2" in (
         taught / "needle.md").read_text()
+    # the same folder's recurrent LM read by the trained-inputs op benchmark (bench_trained_op.py): the inputs of
+    # its one layer's op at two lengths of the test split, timed beside kernel attention's op; wrong layers and
+    # lengths are one error line each, after the checkpoint is read and before anything is timed
+    trained = tmp_path / "trained_op"
+    command = [sys.executable, os.path.join(ROOT, "scripts", "bench_trained_op.py"), "--quick", "--scale", "quick",
+               "--lms-from", str(tmp_path / "work" / "quick"), "--threads", "1", "--out", str(trained)]
+    proc = subprocess.run([*command, "--lengths", "64,96"], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    recurrent = [name for name in study["models"] if name != "transformer_lm"]
+    rows = json.loads((trained / "bench_trained_op.json").read_text())["results"]
+    assert {(r["n"], r["case"]) for r in rows if "mild" not in r["case"]} == {
+        (n, case) for n in (64, 96) for case in ("kernel", *recurrent)}
+    assert all(r["median_s"] > 0 for r in rows) and (trained / "bench_trained_op.png").exists()
+    assert f"n=96: {recurrent[0]}: its op on the trained inputs " in proc.stdout
+    for extra, error in ((["--layer", "1"], "--layer 1: delta has 1 recurrent-state layer; give 0 to 0 (-1: the last)"),
+                         (["--lengths", "100000000"], "--lengths 100000000: the study's test split has ")):
+        proc = subprocess.run([*command, *extra], capture_output=True, text=True, env=env, timeout=900)
+        assert proc.returncode == 2 and f"error: {error}" in proc.stderr and "Traceback" not in proc.stderr
