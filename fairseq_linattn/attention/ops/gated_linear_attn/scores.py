@@ -55,11 +55,25 @@ def intra_chunk_scores(q: Tensor, k: Tensor, b: Tensor) -> Tensor:
     used = path.unique().tolist()  # one host sync
     if len(used) == 1:
         return _scores_by(used[0], q, k, b)
+    lead = path.dim()
     out = q.new_empty(*q.shape[:-1], b.size(-2))
     for index in used:
-        rows = path == index
-        out[rows] = _scores_by(index, q[rows], k[rows], b[rows])
+        at = chunk_indices(path == index)
+        out.flatten(0, lead - 1).index_copy_(0, at, _scores_by(index, *(chunks_at(x, at, lead) for x in (q, k, b))))
     return out
+
+
+def chunk_indices(mask: Tensor) -> Tensor:
+    """The positions of the True chunks of ``mask`` (the chunks' leading dims, e.g. ``N x chunks``), flattened: the
+    index :func:`chunks_at` takes."""
+    return mask.flatten().nonzero().squeeze(1)
+
+
+def chunks_at(x: Tensor, index: Tensor, lead: int) -> Tensor:
+    """The chunks ``index`` (:func:`chunk_indices` of a mask over the first ``lead`` dims) of ``x``, those dims
+    flattened into one. An index_select: its backward is an index_add, where a boolean mask's (``x[mask]``) is an
+    accumulating index_put, on CPU about 8x slower (1.3 against 9.6 ms for 60% of 512 chunks of 32 x 64, 2 threads)."""
+    return x.flatten(0, lead - 1).index_select(0, index)
 
 
 def _scores_by(index: int, q: Tensor, k: Tensor, b: Tensor) -> Tensor:
@@ -80,24 +94,26 @@ def intra_chunk_scores_from_start(decayed: Tensor, k: Tensor, b: Tensor, undecay
     chunk (:func:`causal_product`). Exact for the channels whose whole decay over the chunk (-b at its last position,
     the least b for decays <= 0) is at most ``WHOLE_CHUNK_LIMIT``. The scores are a sum over channels, so the others
     (in a trained model a few per head decay by tens per token) are left out of that product and added by
-    :func:`intra_chunk_scores` on them alone, gathered from ``undecayed(mask)`` (the rows as they were, exp(b) there
-    may underflow; mask: the ``N x chunks`` chunks that have any) and the keys, padded to the most any chunk has with
-    zero keys: the nested halves those need cost in proportion to the channels they see."""
+    :func:`intra_chunk_scores` on them alone, gathered from ``undecayed(index)`` (the rows as they were, exp(b) there
+    may underflow, of the chunks that have any: ``index`` as :func:`chunk_indices` gives it) and the keys, padded to
+    the most any chunk has with zero keys: the nested halves those need cost in proportion to the channels they see."""
     mild = b.amin(-2, keepdim=True) >= -WHOLE_CHUNK_LIMIT  # N x chunks x 1 x M: exp(-b) <= exp(WHOLE_CHUNK_LIMIT)
     if bool(mild.all()):  # one host sync
         return causal_product(decayed, k * torch.exp(-b))
     out = causal_product(decayed, torch.exp(-b.masked_fill(~mild, 0.0)) * k * mild)  # every chunk's mild channels
     strong = ~mild.squeeze(-2)  # N x chunks x M
-    rest = strong.any(-1)  # the chunks with a channel the product left out
-    strong = strong[rest]
+    lead = strong.dim() - 1
+    rest = chunk_indices(strong.any(-1))  # the chunks with a channel the product left out
+    strong = chunks_at(strong, rest, lead)
     width = int(strong.sum(-1).max())  # one host sync
     order = strong.to(torch.int8).argsort(dim=-1, descending=True, stable=True)[..., :width]  # their strong channels first
 
     def gathered(x: Tensor) -> Tensor:
         return torch.gather(x, -1, order.unsqueeze(-2).expand(*x.shape[:-1], width))
 
-    keys = gathered(k[rest]) * torch.gather(strong, -1, order).unsqueeze(-2)  # padding: zero keys, no scores
-    return out.index_put((rest,), intra_chunk_scores(gathered(undecayed(rest)), keys, gathered(b[rest])), accumulate=True)
+    keys = gathered(chunks_at(k, rest, lead)) * torch.gather(strong, -1, order).unsqueeze(-2)  # padding: zero keys
+    scores = intra_chunk_scores(gathered(undecayed(rest)), keys, gathered(chunks_at(b, rest, lead)))
+    return out.flatten(0, lead - 1).index_add(0, rest, scores).view_as(out)
 
 
 def paths_by_chunk(b: Tensor) -> Tensor:

@@ -44,7 +44,7 @@ from torch import Tensor
 
 from ..delta_rule.from_start import chunk_length, chunked_from_start
 from ..delta_rule.utils import cumsum_backward, decayed_rows, in_chunks, solve_and_carry, stacked_row_grads
-from ..gated_linear_attn.scores import SUB_CHUNK, intra_chunk_scores_from_start, per_set
+from ..gated_linear_attn.scores import SUB_CHUNK, chunks_at, intra_chunk_scores_from_start, per_set
 from ..linear_attn.utils import matrix_state
 from .utils import check_gdn2_inputs
 
@@ -99,8 +99,9 @@ def _chunked(q: Tensor, k: Tensor, v: Tensor, log_decay: Tensor, erase: Tensor, 
     decayed, erase_carried, q_carried, b, values, k_into_state, state_decay = _ChunkInputs.apply(
         q, k, v, log_decay, erase, write)
 
-    def undecayed(rows: Tensor) -> Tensor:  # [A; Q] of the chunks that decay too much for Γ ⊙ [A; Q]
-        return torch.cat([erase[rows] * k[rows], q[rows]], -2)
+    def undecayed(index: Tensor) -> Tensor:  # [A; Q] of the chunks that decay too much for Γ ⊙ [A; Q]
+        erase_at, k_at, q_at = (chunks_at(x, index, 2) for x in (erase, k, q))
+        return torch.cat([erase_at * k_at, q_at], -2)
 
     # E and P, one block of rows each (of E the solve reads only tril(E, -1))
     lower, scores = intra_chunk_scores_from_start(decayed, k, b, undecayed).split(chunk, -2)
