@@ -172,13 +172,14 @@ class TrainedOpBenchmark(Benchmark):
         self.decays = {}
         for name, (model, tokens) in self.loaded.items():
             module, q, k, v, extras = captured_inputs(model, tokens[:n].unsqueeze(0), args.layer)
-            cases.setdefault(BASELINE, baseline_call(q, v, module.chunk_size))
+            if not cases:  # the baseline at the first model's sizes (one study's models share them)
+                cases[BASELINE] = baseline_call(q, v, module.chunk_size)
+                self.shapes = {"heads": q.size(1), "head_dim": q.size(-1), "chunk": module.chunk_size,
+                               "layers": {m: len(recurrent_layers(lm)) for m, (lm, _) in self.loaded.items()}}
             cases[name] = op_call(module, q, k, v, extras)
             if "log_decay" in extras:
                 cases[name + MILD] = op_call(module, q, k, v, mild_decays(extras))
                 self.decays[name] = decay_summary(extras["log_decay"], module.chunk_size)
-            self.shapes = {"heads": q.size(1), "head_dim": q.size(-1), "chunk": module.chunk_size,
-                           "layers": {name: len(recurrent_layers(model)) for name, (model, _) in self.loaded.items()}}
         return cases
 
     def measures_memory(self, point):
