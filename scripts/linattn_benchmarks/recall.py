@@ -332,7 +332,7 @@ class RecallBenchmark(Study):
                              ", ".join("–" if r["updates_to_90"] is None else str(r["updates_to_90"]) for r in cell),
                              f"{sum(r['seconds_per_update'] for r in cell) / len(cell):.2f}"])
         lines += [f"**Accuracy at each model's best learning rate** (mean over seeds ± half the spread; "
-                  f"{s.headline} is the headline shape, the others are longer lines with more pairs; FFN: the width "
+                  f"{s.headline} is the headline shape, the others other lengths and pair counts; FFN: the width "
                   f"that gives the model softmax's parameters, what its own projections cost"
                   + "".join(f"; {m}: {FFN_AS[m]}'s" for m in FFN_AS if any(r["model"] == m for r in runs)) + "):", "",
                   md_table(headers, rows)]
