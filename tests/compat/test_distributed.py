@@ -1,6 +1,9 @@
 """fairseq's distributed entry point, as the plugin patches it: a worker takes its process group down before it
-returns (a gloo group left to the interpreter's teardown aborted a worker now and then on a loaded machine)."""
+returns, and a spawned one then ends without the interpreter's teardown (where gloo aborted workers now and then
+on a loaded machine)."""
+import atexit
 import logging
+import os
 import socket
 import threading
 import time
@@ -19,13 +22,17 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_a_worker_destroys_its_process_group_before_it_returns(tmp_path):
+def one_worker_config(tmp_path):
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [str(tmp_path), "--cpu", "--arch", "transformer_lm", "--task",
                                                 "language_modeling", "--distributed-backend", "gloo",
                                                 "--distributed-world-size", "1", "--distributed-init-method",
                                                 f"tcp://127.0.0.1:{free_port()}"])
-    cfg = convert_namespace_to_omegaconf(args)
+    return convert_namespace_to_omegaconf(args)
+
+
+def test_a_worker_destroys_its_process_group_before_it_returns(tmp_path):
+    cfg = one_worker_config(tmp_path)
     seen = {}
 
     def main(cfg):
@@ -87,3 +94,45 @@ def test_a_rank_that_waits_in_vain_logs_and_returns(caplog):
     with caplog.at_level(logging.WARNING):
         distributed._leave_together(Rank(store, 1, 2), timeout_s=0.2)
     assert "worker 1 left without waiting for the others to finish" in caplog.text
+
+
+def test_a_spawned_worker_ends_without_the_teardown_once_its_group_is_gone(tmp_path, monkeypatch):
+    """A worker spawned by another process: it asks to die with its parent first, and when the work is done and the
+    group destroyed, it ends without the interpreter's teardown (where gloo aborted workers). In-process (the
+    spawning process runs rank 0 itself, fairseq with one GPU) neither happens."""
+    calls = []
+    monkeypatch.setattr(distributed, "_die_with", lambda pid, i: calls.append(("die_with", pid)))
+    monkeypatch.setattr(distributed, "_exit_without_teardown",
+                        lambda: calls.append(("exit", dist.is_initialized())))
+    cfg = one_worker_config(tmp_path)
+    distributed_utils.distributed_main(0, lambda cfg: calls.append(("main", dist.get_rank())), cfg,
+                                       {distributed.SPAWNED_BY: 123456789})
+    assert calls == [("die_with", 123456789), ("main", 0), ("exit", False)]
+
+    calls.clear()
+    cfg = one_worker_config(tmp_path)
+    distributed_utils.distributed_main(0, lambda cfg: calls.append(("main", dist.get_rank())), cfg,
+                                       {distributed.SPAWNED_BY: os.getpid()})
+    assert calls == [("main", 0)] and not dist.is_initialized()
+
+
+def test_the_exit_without_teardown_runs_the_exit_handlers_and_flushes_the_logs_first(monkeypatch, caplog):
+    events = []
+
+    class Exited(Exception):
+        pass
+
+    def fake_exit(code):
+        events.append(("os._exit", code))
+        raise Exited
+
+    atexit.register(events.append, "atexit handler")
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    monkeypatch.setattr(logging, "shutdown", lambda: events.append("logs flushed"))
+    try:
+        distributed._exit_without_teardown()
+    except Exited:
+        pass
+    finally:
+        atexit.unregister(events.append)
+    assert events == ["atexit handler", "logs flushed", ("os._exit", 0)]

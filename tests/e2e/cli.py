@@ -28,6 +28,16 @@ def base_env(env=None):
     return {**base, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1", **(env or {})}
 
 
+def excerpt(log: str, chars: int = 4000) -> str:
+    """A log's end; where a process died with faulthandler's dump (PYTHONFAULTHANDLER, set by :func:`base_env`),
+    the dump's thread stacks first: its list of extension modules alone filled the excerpt of CI failures."""
+    fatal = log.find("Fatal Python error")
+    if fatal < 0:
+        return log[-chars:]
+    dump = log[fatal:].split("\nExtension modules:", 1)[0]
+    return dump[:chars] + "\n...\n" + log[-chars:]
+
+
 FAST_TEST = None  # the node id of the running test when it is not marked slow (set by tests/conftest.py)
 
 

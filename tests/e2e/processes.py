@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable, List
 
-from .cli import BIN, base_env
+from .cli import BIN, base_env, excerpt
 
 
 class Background:
@@ -27,14 +27,7 @@ class Background:
         return self.log_path.read_text(errors="replace")
 
     def excerpt(self, chars: int = 4000) -> str:
-        """The log's end; where a process died with faulthandler's dump (PYTHONFAULTHANDLER, set by base_env),
-        the dump's thread stacks first: its list of extension modules alone filled the excerpt of a CI failure."""
-        text = self.log()
-        fatal = text.find("Fatal Python error")
-        if fatal < 0:
-            return text[-chars:]
-        dump = text[fatal:].split("\nExtension modules:", 1)[0]
-        return dump[:chars] + "\n...\n" + text[-chars:]
+        return excerpt(self.log(), chars)
 
     def wait_until(self, condition: Callable[[], bool], cpu_s: float, what: str, stalled_s: float = 120.0,
                    poll: float = 0.01):
