@@ -34,8 +34,8 @@ def assert_states_match(a, b, tolerance):
         assert_matches_reference(x, y, tolerance, "state")
 
 
-# T not a multiple of the chunk; kernel attention also past one chunk of its normaliser's key sums (64)
-@pytest.mark.parametrize("name,t", [(name, 45) for name in CASES] + [("elu", 150), ("relu", 150)])
+# T not a multiple of the chunk; kernel attention (FAVOR+: a decaying state) also past one chunk of its key sums (64)
+@pytest.mark.parametrize("name,t", [(name, 45) for name in CASES] + [("elu", 150), ("relu", 150), ("favor", 150)])
 def test_adapter_gives_our_ops_results(stand_in, name, t):
     """Outputs, final states and gradients (q, k, v and the gates) from a random initial state."""
     g = torch.Generator().manual_seed(1)
@@ -182,3 +182,25 @@ def test_key_prefix_sums_are_cumsum_with_gradients(t):
     for a, b in zip(torch.autograd.grad(ours, (k, start), grad), torch.autograd.grad(ref, (k, start), grad)):
         assert torch.allclose(a, b, rtol=1e-12, atol=1e-12)
 
+
+
+@pytest.mark.parametrize("t", [1, 63, 64, 65, 200])
+def test_decayed_key_sums_are_the_decaying_recurrence_with_gradients(t):
+    """FAVOR+'s normaliser under a decaying state: the key sums by chunks equal z_t = exp(g_t) z_(t-1) + k_t from the
+    start, step by step, values and gradients (k, the log decays, the start), T below, at and past the chunk."""
+    g = torch.Generator().manual_seed(4)
+    k = torch.rand(2, 3, t, 8, generator=g, dtype=torch.float64).requires_grad_()
+    log_decay = (-3 * torch.rand(2, 3, t, generator=g, dtype=torch.float64)).requires_grad_()
+    start = torch.rand(2, 3, 8, generator=g, dtype=torch.float64).requires_grad_()
+    ours = fla_kernels.decayed_key_sums(k, log_decay, start, chunk=64)
+    z, steps = start, []
+    for i in range(t):
+        z = torch.exp(log_decay[..., i, None]) * z + k[..., i, :]
+        steps.append(z)
+    ref = torch.stack(steps, dim=-2)
+    assert ours.shape == ref.shape
+    assert torch.allclose(ours, ref, rtol=1e-12, atol=1e-12)
+    grad = torch.randn(ref.shape, generator=g, dtype=torch.float64)
+    leaves = (k, log_decay, start)
+    for a, b in zip(torch.autograd.grad(ours, leaves, grad), torch.autograd.grad(ref, leaves, grad)):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)

@@ -194,19 +194,37 @@ def linear_attention(q: Tensor, k: Tensor, v: Tensor, state, eps: float, return_
         z = key_prefix_sums(k32, z0)  # B x H x T x M, fp32
         z_final = z[..., -1, :]
         normaliser = (q32 * z).sum(-1, keepdim=True)
-    else:  # the key sum decays as the state does: our fp32 op with one value column of ones
-        from .gated_linear_attn import chunk_gated_linear_attention
-
-        ones = k32.new_ones(*k32.shape[:-1], 1)
-        with use_fla("off"):  # ours: one value column, fp32
-            normaliser, z_final = chunk_gated_linear_attention(q32, k32, ones, log_decay.unsqueeze(-1),
-                                                               initial_state=z0.unsqueeze(-1), return_state=True)
-        z_final = z_final[..., 0]
+    else:  # the key sum decays as the state does
+        z = decayed_key_sums(k32, log_decay, z0)  # B x H x T x M, fp32
+        z_final = z[..., -1, :]
+        normaliser = (q32 * z).sum(-1, keepdim=True)
     out = (_bhtf(numerator).float() / (normaliser + eps)).to(v.dtype)
     if not return_state:
         return out
     final = torch.cat([s_final, z_final.unsqueeze(-1)], dim=-1)
     return out, ((final, reference[..., -1:].unsqueeze(-1)) if reference is not None else final)
+
+
+def decayed_key_sums(k: Tensor, log_decay: Tensor, start: Tensor, chunk: int = PREFIX_CHUNK) -> Tensor:
+    """The key sums of a decaying state, ``z_t = exp(log_decay_t) * z_(t-1) + k_t`` from ``z_0 = start`` (... x M),
+    for ``k`` (... x T x M) and ``log_decay`` (... x T, <= 0), by chunks as :func:`key_prefix_sums`: within a chunk a
+    product with the decays between its positions (``exp`` of differences that are <= 0: no overflow), between chunks
+    the carried sum, decayed. (It was our gated op with one column of ones for values, which made this module import
+    the op that imports it.)"""
+    *lead, t, m = k.shape
+    n = -(-t // chunk)
+    keys = F.pad(k, (0, 0, 0, n * chunk - t)).view(*lead, n, chunk, m)
+    within_log = F.pad(log_decay, (0, n * chunk - t)).view(*lead, n, chunk).cumsum(-1)  # ... x n x chunk
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=k.device).tril_()
+    between = (within_log.unsqueeze(-1) - within_log.unsqueeze(-2)).masked_fill(~causal, float("-inf"))
+    within = torch.matmul(torch.exp(between), keys)  # ... x n x chunk x M: decayed sums from each chunk's start
+    starts, carried = [], start
+    for j in range(n):  # the sum entering each chunk
+        starts.append(carried)
+        carried = torch.exp(within_log[..., j, -1:]) * carried + within[..., j, -1, :]
+    before = torch.stack(starts, dim=-2)  # ... x n x M
+    sums = within + torch.exp(within_log).unsqueeze(-1) * before.unsqueeze(-2)
+    return sums.view(*lead, n * chunk, m)[..., :t, :]
 
 
 # ------------------------------------------------------------------------------- decaying states (retention, GLA)
