@@ -13,12 +13,13 @@ option to change.
 import re
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 from fairseq.utils import safe_getattr as option
 
 from .errors import IncompatibleCheckpointError
+from .integrity import unreadable_reason
 from .resume import is_zip
 from .safe_loading import safe_torch_load
+from .upgrade import registered_model_class, upgrade_checkpoint_options
 
 Shape = Tuple[int, ...]
 
@@ -110,7 +111,7 @@ class ChecksCheckpointFit:
 
 def model_class(cfg):
     """Our model class named by a model config (``arch`` or ``_name``), or None for any other model."""
-    cls = ARCH_MODEL_REGISTRY.get(option(cfg, "arch")) or MODEL_REGISTRY.get(option(cfg, "_name"))
+    cls = registered_model_class(cfg)
     return cls if cls is not None and issubclass(cls, ChecksCheckpointFit) else None
 
 
@@ -130,9 +131,6 @@ def saved_model_cfg(path: str):
     """The model config a checkpoint was trained with, read without reading its tensors (memory-mapped), and as
     this version reads it (:mod:`.upgrade`: an older checkpoint's options mean what they meant then)."""
     from omegaconf import OmegaConf
-
-    from .integrity import unreadable_reason
-    from .upgrade import upgrade_checkpoint_options
 
     # the zip format can be memory-mapped: the tensors stay on disk
     state = safe_torch_load(path, map_location="cpu", mmap=is_zip(path) and unreadable_reason(path) is None)

@@ -7,12 +7,15 @@ a convolution and a gate it never had. The weights say which it is: a kernel lay
 
 Before 0.3, ``linear_transformer`` built kernel attention in every role by default; now its defaults are a softmax
 encoder, a gated-delta decoder and softmax cross-attention. A checkpoint saved without a role's option (0.1 had no
-``--encoder-attention``) is read with the default it was trained under.
+``--encoder-attention``) is read with the default it was trained under: a model class lists such options in
+``OPTIONS_SAVED_WITHOUT_VALUE`` (option -> the value it had then), read here from the class the checkpoint names (this
+module imports no model: the models import the checkpoint checks).
 """
 import re
 from argparse import Namespace
 from typing import Any
 
+from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY
 from fairseq.utils import safe_getattr
 from omegaconf import DictConfig, open_dict
 
@@ -31,7 +34,7 @@ def upgrade_checkpoint_options(state: dict, path: str = "the checkpoint") -> dic
     model_cfg = getattr(cfg, "model", None) if cfg is not None else None
     if model_cfg is None or not state.get("model"):
         return state
-    _legacy_translation_roles(model_cfg)
+    _options_saved_without_value(model_cfg)
     if "linear_attention" not in _keys(model_cfg):
         return state
     from ..attention.options import KERNEL_ATTENTION, KernelOptions
@@ -55,14 +58,16 @@ def upgrade_checkpoint_options(state: dict, path: str = "the checkpoint") -> dic
     return state
 
 
-def _legacy_translation_roles(model_cfg: Any):
-    """A linear_transformer checkpoint's roles that it saved no value for: the pre-0.3 default, kernel attention."""
-    from ..models.linear_transformer import LEGACY_ROLES, LinearTransformerModel
-    from .fit import model_class
+def registered_model_class(model_cfg: Any):
+    """The model class a model config names (``arch`` or ``_name``) in fairseq's registries, or None."""
+    return (ARCH_MODEL_REGISTRY.get(safe_getattr(model_cfg, "arch"))
+            or MODEL_REGISTRY.get(safe_getattr(model_cfg, "_name")))
 
-    if model_class(model_cfg) is not LinearTransformerModel:
-        return
-    for name, value in LEGACY_ROLES.items():
+
+def _options_saved_without_value(model_cfg: Any):
+    """The options an older version saved no value for, set to the value they had then (see the module doc)."""
+    cls = registered_model_class(model_cfg)
+    for name, value in getattr(cls, "OPTIONS_SAVED_WITHOUT_VALUE", {}).items():
         if safe_getattr(model_cfg, name) is None:
             _set(model_cfg, name, value)
 

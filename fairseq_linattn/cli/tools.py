@@ -3,8 +3,8 @@ exits with its function's return value, which sys.exit would print as an error, 
 
 
 def warm_start():
-    """``fairseq-linattn-warm-start``: :func:`fairseq_linattn.convert.main`."""
-    from ..convert import main
+    """``fairseq-linattn-warm-start``: :func:`fairseq_linattn.convert.command.main`."""
+    from ..convert.command import main
 
     main()
 

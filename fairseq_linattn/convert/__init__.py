@@ -295,13 +295,6 @@ def convert(source_path: str | Path, output_path: str | Path, model: Optional[st
     return conversion
 
 
-def main(argv: Optional[List[str]] = None) -> Conversion:
-    """``fairseq-linattn-warm-start`` (:mod:`.command`)."""
-    from .command import main as command_main
-
-    return command_main(argv)
-
-
 __all__ = ["FAMILIES", "Agreement", "Conversion", "Family", "OptionError", "WarmStart", "agreement", "checkpoint_family",
-           "convert", "every_target", "main", "sample_batch", "source_family", "target_family", "target_model_args",
+           "convert", "every_target", "sample_batch", "source_family", "target_family", "target_model_args",
            "target_option_names", "warm_start"]

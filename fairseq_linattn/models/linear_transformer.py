@@ -170,6 +170,8 @@ class LinearTransformerTranslationDecoder(StepsWithoutWeights, SwappedAttentionD
 class LinearTransformerModel(PluginModel, TransformerModel):
     """fairseq's ``transformer`` (``--task translation``) with kernel attention; see the module doc."""
 
+    OPTIONS_SAVED_WITHOUT_VALUE = LEGACY_ROLES  # (read by checkpoints.upgrade)
+
     # alignments (--print-alignment) from a full forward of each hypothesis: decoding steps return no attention
     # weights (StepsWithoutWeights)
     full_context_alignment = True
