@@ -3,11 +3,10 @@ and kernel attention in masked-LM pretraining on equal terms (same trainer, data
 
 Exact under padding: padded keys are removed from both sums of the attention (numerator and normaliser).
 """
-from fairseq.models import register_model
 
 from ..attention import KernelOptions
-from .archs import register_archs
 from .layers import SwappedAttentionEncoder
+from .registry import register_archs, register_model
 from .roberta import ROBERTA_SIZES, SwappedAttentionRobertaEncoder, SwappedAttentionRobertaModel
 
 

@@ -27,7 +27,6 @@ from argparse import Namespace
 from dataclasses import replace
 from typing import Tuple
 
-from fairseq.models import register_model
 from fairseq.models.transformer import TransformerConfig, TransformerEncoder, TransformerModel
 from fairseq.models.transformer import transformer_legacy as fairseq_transformer
 from omegaconf import OmegaConf
@@ -36,10 +35,10 @@ from ..attention import KernelOptions, LayerShape, build_attention, option
 from ..attention.decay_init import DEFAULT_DECAY_INIT
 from ..attention.kernel import KernelAttention
 from ..attention.options import KERNEL_ATTENTION
-from .archs import register_archs
 from .decoding import ReadsSourceOnce, StepsWithoutWeights, share_source
 from .layers import DecoderLayer, SwappedAttentionDecoder, SwappedAttentionEncoder, wrap_layer
 from .plugin_model import PluginModel
+from .registry import register_archs, register_model
 
 CROSS_ATTENTIONS = ("kernel", "softmax")
 DEFAULT_CROSS_ATTENTION = "softmax"

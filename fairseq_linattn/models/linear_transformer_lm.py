@@ -14,14 +14,13 @@ gated-delta layers to one softmax layer with a key/value cache (:data:`HYBRID`).
 """
 from functools import partial
 
-from fairseq.models import register_model
 from fairseq.models.transformer_lm import TransformerLanguageModelConfig, base_lm_architecture
 from fairseq.utils import safe_getattr
 
 from ..attention import KernelOptions
 from ..attention.recurrent_state import linear_attentions
-from .archs import register_archs
 from .layers import SwappedAttentionDecoder
+from .registry import register_archs, register_model
 from .transformer_lm import LM_SIZES, SwappedAttentionLanguageModel
 
 

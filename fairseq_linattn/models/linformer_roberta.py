@@ -8,11 +8,10 @@ command lines and checkpoints work here; the rest are additions.
 from typing import Optional
 
 import torch
-from fairseq.models import register_model
 
 from ..attention import LinformerAttention, LinformerOptions
-from .archs import register_archs
 from .layers import EncoderLayer, SwappedAttentionEncoder
+from .registry import register_archs, register_model
 from .roberta import ROBERTA_SIZES, SwappedAttentionRobertaEncoder, SwappedAttentionRobertaModel
 
 

@@ -1,14 +1,29 @@
 """What every model family of the plugin adds to its fairseq class (``class X(PluginModel, RobertaModel)``): a
-checkpoint that does not fit is refused with its causes (:class:`..checkpoints.fit.ChecksCheckpointFit`), and the
-hub loader defaults to sentencepiece and says what is missing before fairseq fails on it."""
+checkpoint that does not fit is refused with its causes (:class:`..checkpoints.fit.ChecksCheckpointFit`), the
+hub loader defaults to sentencepiece and says what is missing before fairseq fails on it, and TorchScript is refused
+in one line."""
 import os
 
 from ..checkpoints.fit import ChecksCheckpointFit
+from .registry import registered_name
 
 SENTENCEPIECE_MODEL = "sentencepiece.bpe.model"  # the name fairseq's hub loader looks for beside a checkpoint
 
 
+class NotScriptableError(RuntimeError):
+    pass
+
+
 class PluginModel(ChecksCheckpointFit):
+    def __prepare_scriptable__(self):
+        """``torch.jit.script`` calls this on every module it is about to compile (a ``SequenceGenerator`` over our
+        model included): our attention layers are eager PyTorch (recurrent states, chunked ops, per-mechanism Python),
+        which TorchScript fails on deep inside with an error about some unsupported construct. Said at once instead."""
+        raise NotScriptableError(
+            f"{registered_name(type(self))} cannot be compiled by TorchScript (torch.jit.script): its attention layers "
+            "are eager PyTorch. Generate with the SequenceGenerator as it is (fairseq-generate, fairseq-interactive, "
+            "the hub's generate), which runs it eagerly")
+
     @classmethod
     def from_pretrained(cls, model_name_or_path, checkpoint_file="model.pt", data_name_or_path=".",
                         bpe="sentencepiece", **kwargs):

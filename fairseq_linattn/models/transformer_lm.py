@@ -16,12 +16,12 @@ transformer_lm's dataclass plus the attention's flags (``@MyOptions.add_config_f
     register_archs("linear_transformer_lm", LM_SIZES)
 """
 
-from fairseq.models import MODEL_REGISTRY
 from fairseq.models import transformer_lm as fairseq_lm
 from fairseq.models.transformer_lm import DEFAULT_MAX_TARGET_POSITIONS, TransformerLanguageModel
 from fairseq.utils import safe_getattr
 
 from .plugin_model import PluginModel
+from .registry import registered_name
 
 # transformer_lm's sizes, which each of our language models takes over as <model_name>_<size> (register_archs;
 # <model_name> itself is registered by register_model with the dataclass defaults: 6 x 512, like transformer_lm)
@@ -50,11 +50,3 @@ class SwappedAttentionLanguageModel(PluginModel, TransformerLanguageModel):
             args.max_target_positions = safe_getattr(args, "tokens_per_sample", DEFAULT_MAX_TARGET_POSITIONS)
         embed_tokens = cls.build_embedding(args, task.source_dictionary, args.decoder_input_dim)
         return cls(cls.decoder_class(args, task.target_dictionary, embed_tokens))
-
-
-
-def registered_name(cls) -> str:
-    """The name ``cls`` is registered under with ``register_model`` (the class name if none)."""
-    return next((name for name, model in MODEL_REGISTRY.items() if model is cls), cls.__name__)
-
-

@@ -109,8 +109,8 @@ def test_a_new_model_family_is_only_names(cosine_mechanism):
     same factory, in eight lines and no construction code; its option reaches the model from the arch's flags."""
     from fairseq.models import register_model
 
-    from fairseq_linattn.models.archs import register_archs
     from fairseq_linattn.models.layers import SwappedAttentionEncoder
+    from fairseq_linattn.models.registry import register_archs
     from fairseq_linattn.models.roberta import (
         ROBERTA_SIZES,
         SwappedAttentionRobertaEncoder,
