@@ -9,10 +9,17 @@
 * Writing: fairseq copies the saved checkpoint to ``checkpoint_best.pt`` / ``checkpoint_last.pt`` in place;
   a kill during the copy left a partial ``checkpoint_last.pt``. The copy now goes to a temporary file that
   is renamed (atomic).
-* Resuming: a damaged ``checkpoint_last.pt`` (from older runs, a full disk...) makes ``fairseq-train`` fall
-  back to the newest intact checkpoint of the save dir, with a warning naming it, instead of dying. An
-  explicit ``--restore-file`` that does not exist is an error (fairseq trained from scratch, silently, and
-  overwrote the save dir's checkpoints).
+* Resuming, for runs of our models, tasks and criteria (:mod:`.scope`; fairseq's own resume as fairseq resumes them
+  unless ``FAIRSEQ_LINATTN_ALL_MODELS=1``): a damaged ``checkpoint_last.pt`` (from older runs, a full disk...) makes
+  ``fairseq-train`` fall back to the newest intact checkpoint of the save dir, with a warning naming it, instead of
+  dying; so does a missing one when the save dir holds checkpoints named by their progress (a run killed during its
+  first save of ``checkpoint_last.pt``). An explicit ``--restore-file`` that does not exist is an error (fairseq
+  trained from scratch, silently, and overwrote the save dir's checkpoints); ``--restore-file $SAVE/checkpoint_last.pt``
+  stays a resume. fairseq's idioms keep their meaning for its own models: deleting ``checkpoint_last.pt`` starts
+  over, and a ``--restore-file`` that does not exist starts fresh.
+
+Loading and writing apply to every model: without them fairseq 0.12 cannot load its own checkpoints under torch >=
+2.6, and an atomic copy writes the same bytes.
 """
 import logging
 import os
@@ -30,6 +37,7 @@ from ..checkpoints import (
     unreadable_reason,
     upgrade_checkpoint_options,
 )
+from . import scope
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +83,8 @@ def resuming_from_intact_checkpoints(load_checkpoint):
     """Wraps ``checkpoint_utils.load_checkpoint(cfg, trainer, ...)``, the start of every fairseq-train."""
 
     def load(cfg, trainer, **passthrough_args):
+        if not scope.applies(cfg=getattr(trainer, "cfg", None)):
+            return load_checkpoint(cfg, trainer, **passthrough_args)  # fairseq's own models: fairseq's resume
         suffix = trainer.checkpoint_suffix or ""
         last = os.path.join(cfg.save_dir, f"checkpoint_last{suffix}.pt")
         if cfg.restore_file != DEFAULT_RESTORE_FILE:

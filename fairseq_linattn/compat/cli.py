@@ -16,11 +16,19 @@ when the optimizer is built) and ``--post-process sentencepiece`` with ``--bpe s
 twice: words without spaces between them, scored without a word), a ``--path`` that is missing, damaged or no
 checkpoint (found after the data was loaded) and our tasks' options. Each is argparse's ``<command>: error:
 <message>`` and exit status 2.
+
+Both apply to command lines of our models, tasks and criteria (:mod:`.scope`: an ``--arch``, ``--task`` or
+``--criterion`` of ours, or checkpoints of our models), or to every command line with ``FAIRSEQ_LINATTN_ALL_MODELS=1``;
+fairseq's own get fairseq's help and fairseq's checks. One check applies to every command line: a ``--path`` that is
+missing or cannot be loaded, on which fairseq fails anyway (after loading the data): the same failure, at start-up, in
+one line.
 """
 import argparse
 import sys
 
 from fairseq import options
+
+from . import scope
 
 HELP = ("-h", "--help")
 
@@ -44,6 +52,8 @@ def apply():
                             modify_parser=None):
         argv = sys.argv[1:] if input_args is None else input_args
         helps = [a for a in parser._actions if isinstance(a, argparse._HelpAction)]
+        if helps and any(arg in HELP for arg in argv) and not scope.applies(cfg=named_in(argv)):
+            return original(parser, input_args, parse_known, suppress_defaults, modify_parser)  # fairseq's own help
         if not helps or not any(arg in HELP for arg in argv):
             parsed = original(parser, input_args, parse_known, suppress_defaults, modify_parser)
             problem = command_line_problem(parsed[0] if parse_known else parsed)
@@ -64,6 +74,21 @@ def apply():
     options.parse_args_and_arch = parse_args_and_arch
 
 
+def named_in(argv) -> argparse.Namespace:
+    """The arch, task, criterion and checkpoints a command line names, read without parsing it (the parse would
+    already print fairseq's help)."""
+    named = argparse.Namespace(arch=None, task=None, criterion=None, path=None)
+    for i, arg in enumerate(argv):
+        for dest, flags in (("arch", ("--arch", "-a")), ("task", ("--task",)), ("criterion", ("--criterion",)),
+                            ("path", ("--path",))):
+            for flag in flags:
+                if arg == flag and i + 1 < len(argv):
+                    setattr(named, dest, argv[i + 1])
+                elif arg.startswith(flag + "="):
+                    setattr(named, dest, arg[len(flag) + 1:])
+    return named
+
+
 def refresh_help(parser):
     """The help of options that list a registry, as it is now (a mechanism registered after the plugin's import
     is listed too)."""
@@ -78,6 +103,9 @@ def refresh_help(parser):
 
 def command_line_problem(args):
     """What is wrong with a parsed command line that fairseq would only find later, or None."""
+    problem = checkpoint_path_problem(args)  # fairseq fails on it anyway: one line for every model
+    if problem or not scope.applies(cfg=args):
+        return problem
     beam = getattr(args, "beam", None)
     if beam is not None and beam < 1:
         return f"--beam is the number of hypotheses kept per sentence and must be at least 1, got {beam}"
@@ -100,7 +128,7 @@ def command_line_problem(args):
         return (f"--context-window {window} must be smaller than --tokens-per-sample {sample}: each window scores "
                 f"{sample} - {window} new tokens after {window} tokens of context (e.g. --context-window "
                 f"{sample // 2})")
-    problem = task_problem(args) or data_problem(args) or checkpoint_path_problem(args)
+    problem = task_problem(args) or data_problem(args)
     if problem:
         return problem
     from fairseq.models import ARCH_MODEL_REGISTRY

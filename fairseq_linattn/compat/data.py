@@ -6,12 +6,15 @@
   printed "Evaluated 0 tokens ... Perplexity: 1.00" and exited 0, and ``--skip-invalid-size-inputs-valid-test``
   crashed with an IndexError in ``batch_by_size``. Both are now an error that names the options to change.
   A caller that deals with too-long samples itself (:data:`ON_TOO_LONG`: fairseq-interactive skips the line and
-  reads the next) gets them instead, without fairseq's exception or warning.
+  reads the next) gets them instead, without fairseq's exception or warning. These two apply to runs of our models,
+  tasks and criteria (:mod:`.scope`); fairseq's own keep fairseq's outcome unless ``FAIRSEQ_LINATTN_ALL_MODELS=1``.
 """
 import contextvars
 import types
 
 import numpy
+
+from . import scope
 
 
 class Numpy2CompatNumpy(types.ModuleType):
@@ -52,7 +55,7 @@ def refusing_to_filter_everything(filter_indices_by_size):
                 on_too_long(dataset, ignored, max_positions)
             return kept
         kept = filter_indices_by_size(self, indices, dataset, max_positions, ignore_invalid_inputs)
-        if len(indices) > 0 and len(kept) == 0:
+        if len(indices) > 0 and len(kept) == 0 and scope.applies():
             raise NothingToEvaluateError(
                 f"all {len(indices):,} samples are longer than the model accepts (max_positions={max_positions}), "
                 f"so none is left: {LENGTH_OPTIONS}."
@@ -78,7 +81,9 @@ def refusing_zero_tokens(eval_lm):
         else:
             args = (*args[:2], counted(args[2], count), *args[3:])
         results = eval_lm(*args, **kwargs)
-        if _total_over_workers(count[0]) == 0:  # a worker's shard may be empty while others are not
+        models = kwargs["models"] if "models" in kwargs else args[0]
+        # (every worker: a worker's shard may be empty while others are not)
+        if scope.applies(models=models) and _total_over_workers(count[0]) == 0:
             raise NothingToEvaluateError(f"fairseq-eval-lm evaluated 0 tokens (the subset is empty): {LENGTH_OPTIONS}.")
         return results
 

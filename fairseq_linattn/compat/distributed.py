@@ -9,6 +9,9 @@
 * A worker that dies takes the run down with a message that says which and how to resume (torch's own
   spawn stops the others; its message only says "process 1 terminated with signal SIGKILL").
 * ``--ddp-backend fully_sharded`` without CUDA stops at start-up with the reason: fairscale's FSDP needs CUDA.
+
+Every command fairseq starts through ``call_main`` (and each worker it spawns) runs inside :func:`.scope.run`, which
+tells the plugin's behaviour changes whether the run is one of our models'.
 """
 import ctypes
 import logging
@@ -18,6 +21,8 @@ import signal
 import sys
 
 import torch
+
+from . import scope
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +74,8 @@ def distributed_main_dying_with_parent(i, main, cfg, kwargs):
     spawned = spawned_by is not None and spawned_by != os.getpid()
     if spawned:
         _die_with(spawned_by, i)
-    result = _original_distributed_main(i, main, cfg, kwargs)
+    with scope.run(cfg):
+        result = _original_distributed_main(i, main, cfg, kwargs)
     _destroy_process_group()
     if spawned:
         _exit_without_teardown()
@@ -165,6 +171,10 @@ def call_main_with_cpu_workers(original):
     runs go as fairseq makes them. Either way a dead worker gives a message that says how to go on."""
 
     def call_main(cfg, main, **kwargs):
+        with scope.run(cfg):
+            return _call_main(cfg, main, **kwargs)
+
+    def _call_main(cfg, main, **kwargs):
         from fairseq.distributed import utils as distributed_utils
         from torch.multiprocessing import ProcessExitedException
 

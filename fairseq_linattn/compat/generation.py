@@ -10,15 +10,22 @@ decoder's source summary), so their only limit is the positions they are loaded 
 override when it is loaded, naming them). So:
 
 * a capped length is one warning (once per generator: a hub call, a fairseq-generate or fairseq-interactive run)
-  that names the cap and, for our models, the override;
+  that names the cap and the override;
 * ``min_len`` above the cap is an error that names the same (one line from fairseq-generate and
   fairseq-interactive, a ValueError from the hub).
 
-fairseq's own models (softmax ``transformer_lm``...) get the warning without the advice: more positions there
-means a key/value cache that grows with them, and positions they were never trained at.
+Only for our models (:mod:`.scope`): fairseq's own (softmax ``transformer_lm``...) generate as fairseq made them,
+silently capped and with its assertion, unless ``FAIRSEQ_LINATTN_ALL_MODELS=1`` (then the warning comes without the
+advice: more positions there mean a key/value cache that grows with them, and positions never trained at).
+
+The check runs in ``SequenceGenerator.generate``, the entry of the hub, fairseq-generate and fairseq-interactive
+(``task.inference_step``), and not in ``_generate``, which TorchScript compiles with ``forward``: a Python wrapper there
+made ``torch.jit.script(SequenceGenerator(...))`` fail for every model.
 """
 import logging
 import sys
+
+from . import scope
 
 logger = logging.getLogger(__name__)
 
@@ -51,9 +58,9 @@ def check_length(generator, sample):
         return
     asked = int(generator.max_len_a * source.size(1) + generator.max_len_b)
     cap = generator.max_len - 1
-    from ..models.plugin_model import PluginModel
-
-    ours = all(isinstance(model, PluginModel) for model in generator.model.models)
+    if not scope.applies(models=generator.model.models):
+        return
+    ours = scope.models_are_ours(generator.model.models)
     why = f"fairseq stops every output at the model's max_target_positions ({generator.max_len}) - 1"
     if generator.min_len > cap:
         advice = f": {_longer(generator.min_len + 1)}" if ours else ""
@@ -67,23 +74,24 @@ def check_length(generator, sample):
 
 
 def saying_when_capped(generate):
-    """Wraps ``SequenceGenerator._generate`` with :func:`check_length`."""
+    """Wraps ``SequenceGenerator.generate(models, sample, ...)`` with :func:`check_length`."""
 
-    def _generate(self, sample, *args, **kwargs):
+    def checked_generate(self, models, sample, **kwargs):
         check_length(self, sample)
-        return generate(self, sample, *args, **kwargs)
+        return generate(self, models, sample, **kwargs)
 
-    _generate.__wrapped__ = generate
-    return _generate
+    checked_generate.__wrapped__ = generate
+    return checked_generate
 
 
 def one_line_length_errors(main, command):
-    """Wraps a command's ``main``: a :class:`GenerationLengthError` is argparse's ``<command>: error: <message>``
-    and exit status 2 (the command line asked for it), not a traceback."""
+    """Wraps a command's ``main(cfg)``: the command is a :func:`.scope.run`, and a :class:`GenerationLengthError` is
+    argparse's ``<command>: error: <message>`` and exit status 2 (the command line asked for it), not a traceback."""
 
-    def run(*args, **kwargs):
+    def run(cfg, *args, **kwargs):
         try:
-            return main(*args, **kwargs)
+            with scope.run(cfg):
+                return main(cfg, *args, **kwargs)
         except GenerationLengthError as error:
             sys.stdout.flush()
             sys.stderr.write(f"{command}: error: {error}\n")
@@ -94,9 +102,10 @@ def one_line_length_errors(main, command):
 
 
 def apply():
-    from fairseq.sequence_generator import SequenceGenerator
+    from fairseq.sequence_generator import SequenceGenerator, SequenceGeneratorWithAlignment
 
-    SequenceGenerator._generate = saying_when_capped(SequenceGenerator._generate)
+    for generator in (SequenceGenerator, SequenceGeneratorWithAlignment):  # (the second has its own generate)
+        generator.generate = saying_when_capped(generator.generate)
     import fairseq_cli.generate
     import fairseq_cli.interactive
 

@@ -14,12 +14,16 @@ fairseq 0.12 ended the whole session (the model loaded, the lines before) with a
   Latin-1 "é" should not cost the whole line), and every input line keeps its output, numbered as fairseq numbers
   them (S-n, H-n), for whoever pairs outputs with inputs. What the model then reads depends on the tokenizer:
   sentencepiece drops U+FFFD (the S- line shows the text without it), a plain dictionary makes it <unk>.
+
+Both apply to sessions of our models (:mod:`.scope`; fairseq-interactive runs inside a scope's ``run``); fairseq's own
+models read their lines as fairseq reads them, unless ``FAIRSEQ_LINATTN_ALL_MODELS=1``. A standard input that is a text
+stream (fairseq's own tests set a ``StringIO``) has no bytes to decode: its lines are read as they are.
 """
 import functools
 import logging
 import sys
 
-from . import data
+from . import data, scope
 from .generation import model_overrides
 
 logger = logging.getLogger("fairseq_cli.interactive")
@@ -36,26 +40,44 @@ class Lines(list):
 def buffered_read(input, buffer_size):
     """fairseq's ``buffered_read`` (lines of ``--input``, ``-`` for stdin, stripped, in buffers of
     ``buffer_size``), reading bytes and replacing what is not UTF-8."""
-    stream = sys.stdin.buffer if input == "-" else open(input, "rb")
     buffer = Lines(first=1)
+    for number, line in enumerate(_decoded_lines(input), 1):
+        buffer.append(line.strip())
+        if len(buffer) >= buffer_size:
+            yield buffer
+            buffer = Lines(first=number + 1)
+    if len(buffer) > 0:
+        yield buffer
+
+
+def _decoded_lines(input):
+    """The lines of ``input`` as text: bytes decoded as UTF-8, with U+FFFD (and a warning) for what is not."""
+    if input == "-" and not hasattr(sys.stdin, "buffer"):  # a text stream put in place of stdin: already decoded
+        yield from sys.stdin
+        return
+    stream = sys.stdin.buffer if input == "-" else open(input, "rb")
     try:
         for number, raw in enumerate(stream, 1):
             try:
-                line = raw.decode("utf-8")
+                yield raw.decode("utf-8")
             except UnicodeDecodeError as error:
-                line = raw.decode("utf-8", errors="replace")
                 logger.warning(f"line {number} is not UTF-8 ({error.reason} at byte {error.start + 1}): read with "
                                f"U+FFFD in place of the bytes that are not (the S-{number - 1} line shows what the "
                                f"model got)")
-            buffer.append(line.strip())
-            if len(buffer) >= buffer_size:
-                yield buffer
-                buffer = Lines(first=number + 1)
+                yield raw.decode("utf-8", errors="replace")
     finally:
-        if stream is not sys.stdin.buffer:
+        if input != "-":
             stream.close()
-    if len(buffer) > 0:
-        yield buffer
+
+
+def ours_or_fairseqs(ours, fairseqs):
+    """``ours`` in a session of our models (:func:`.scope.applies`), fairseq's function otherwise."""
+
+    def read_or_batch(*args, **kwargs):
+        return (ours if scope.applies() else fairseqs)(*args, **kwargs)
+
+    read_or_batch.__wrapped__ = fairseqs
+    return read_or_batch
 
 
 def skipping_long_lines(make_batches):
@@ -94,5 +116,6 @@ def say_skipped(first, task, dataset, ignored, max_positions):
 def apply():
     import fairseq_cli.interactive
 
-    fairseq_cli.interactive.buffered_read = buffered_read
-    fairseq_cli.interactive.make_batches = skipping_long_lines(fairseq_cli.interactive.make_batches)
+    make_batches = fairseq_cli.interactive.make_batches
+    fairseq_cli.interactive.buffered_read = ours_or_fairseqs(buffered_read, fairseq_cli.interactive.buffered_read)
+    fairseq_cli.interactive.make_batches = ours_or_fairseqs(skipping_long_lines(make_batches), make_batches)

@@ -8,11 +8,14 @@ of the scorers that score strings (``--scoring sacrebleu``, ``chrf``...: those w
 reference and hypothesis after ``--bpe sentencepiece`` has decoded them (the ``T-`` and ``D-`` lines), detokenized
 text, which sacrebleu tokenizes itself. There the warning only scares a user whose set-up is right (the
 translation recipe's), so it is dropped for exactly that case: ``--bpe sentencepiece`` with a string scorer.
-``--scoring bleu`` keeps it, and so does any other BPE.
+``--scoring bleu`` keeps it, and so does any other BPE. For checkpoints of our models only (:mod:`.scope`): fairseq's
+own print what fairseq prints, unless ``FAIRSEQ_LINATTN_ALL_MODELS=1``.
 """
 import logging
 
 from omegaconf import DictConfig
+
+from . import scope
 
 GENERATE_LOGGER = "fairseq_cli.generate"
 WARNINGS = ("If you are using BPE on the target side, the BLEU score is computed on BPE tokens",
@@ -30,7 +33,7 @@ def without_wrong_bpe_warning(_main):
     """fairseq-generate's ``_main(cfg, output_file)``, without the BPE warning where it does not apply."""
 
     def main(cfg, output_file):
-        if not scores_decoded_sentencepiece(cfg):
+        if not (scores_decoded_sentencepiece(cfg) and scope.applies(cfg)):
             return _main(cfg, output_file)
         logger = logging.getLogger(GENERATE_LOGGER)
         logger.addFilter(_drop_bpe_warning)

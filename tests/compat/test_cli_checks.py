@@ -1,11 +1,13 @@
 """Mistakes fairseq finds late (after loading data, in the middle of generation) are one-line argparse errors
 when the command line is parsed: our models' attention options, --beam 0, a context window as long as a
-sample."""
+sample. On our command lines (an arch, task or criterion of ours, a checkpoint of our model), as compat/__init__.py's
+rule says; a --path that cannot be loaded on every one."""
 import sys
 
 import pytest
 from fairseq import options
 
+from fairseq_linattn.compat.scope import OPT_IN_VARIABLE
 from tests.pages import ROOT
 
 CHECKPOINT = str(ROOT / "tests" / "checkpoints" / "v0_1" / "linear_transformer_lm.pt")  # a whole one, for --path
@@ -67,21 +69,38 @@ def test_beam_0_and_a_context_window_as_long_as_a_sample(monkeypatch, capsys, tm
 
 def test_fp16_training_without_a_gpu(monkeypatch, capsys, tmp_path):
     """fairseq-train --fp16 died building its optimizer ("Torch not compiled with CUDA enabled"); inference with --fp16
-    runs on a CPU, so fairseq-eval-lm keeps it."""
+    runs on a CPU, so fairseq-eval-lm keeps it. Our models' command lines (fairseq's own parse as fairseq parses
+    them, unless FAIRSEQ_LINATTN_ALL_MODELS=1)."""
     import torch
 
+    monkeypatch.delenv(OPT_IN_VARIABLE, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     for fp16 in ("--fp16", "--memory-efficient-fp16"):
         line = parse_error(monkeypatch, capsys, options.get_training_parser, "fairseq-train", str(tmp_path), "--task",
-                           "language_modeling", "--arch", "transformer_lm", fp16)
+                           "language_modeling", "--arch", "linear_transformer_lm", fp16)
         assert line == ("fairseq-train: error: --fp16 trains on a CUDA GPU and torch sees none on this machine: pass "
                         "--cpu instead (or --bf16 --cpu for 16-bit training on the CPU)")
+    fairseqs = ["fairseq-train", str(tmp_path), "--task", "language_modeling", "--arch", "transformer_lm", "--fp16"]
+    monkeypatch.setattr(sys, "argv", fairseqs)
+    assert options.parse_args_and_arch(options.get_training_parser()).fp16
+    monkeypatch.setenv(OPT_IN_VARIABLE, "1")
+    assert parse_error(monkeypatch, capsys, options.get_training_parser, *fairseqs).startswith(
+        "fairseq-train: error: --fp16 trains on a CUDA GPU")
+    monkeypatch.delenv(OPT_IN_VARIABLE)
     monkeypatch.setattr(sys, "argv", ["fairseq-eval-lm", str(tmp_path), "--path", CHECKPOINT, "--fp16"])
     assert options.parse_args_and_arch(options.get_eval_lm_parser()).fp16
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(sys, "argv", ["fairseq-train", str(tmp_path), "--task", "language_modeling", "--arch",
-                                      "transformer_lm", "--fp16"])
+                                      "linear_transformer_lm", "--fp16"])
     assert options.parse_args_and_arch(options.get_training_parser()).fp16
+
+
+def test_a_path_that_cannot_be_loaded_is_one_line_for_every_model(monkeypatch, capsys, tmp_path):
+    """fairseq fails on it anyway (after loading the data): the same failure, at start-up, for fairseq's models too."""
+    monkeypatch.delenv(OPT_IN_VARIABLE, raising=False)
+    line = parse_error(monkeypatch, capsys, options.get_eval_lm_parser, "fairseq-eval-lm", str(tmp_path), "--path",
+                       str(tmp_path / "transformer_lm.pt"))
+    assert line.startswith(f"fairseq-eval-lm: error: --path {tmp_path / 'transformer_lm.pt'} does not exist")
 
 
 def test_sentencepiece_decoded_twice(monkeypatch, capsys, tmp_path):

@@ -6,6 +6,7 @@ import pytest
 from fairseq import options
 
 from fairseq_linattn.attention.recurrent_state import linear_attentions
+from fairseq_linattn.compat.scope import OPT_IN_VARIABLE
 
 
 def help_of(monkeypatch, capsys, *argv):
@@ -24,8 +25,19 @@ def test_help_lists_the_named_models_options_and_every_mechanism(monkeypatch, ca
     assert all(f"{name} (" in mechanisms for name in ["kernel", "softmax", *linear_attentions()]), mechanisms
     text = help_of(monkeypatch, capsys, "--task", "masked_lm", "--arch", "linformer_roberta_base", "-h")
     assert "--compressed-length" in text and "--mask-prob" in text
+
+
+def test_fairseqs_own_models_get_fairseqs_help_unless_opted_in(monkeypatch, capsys):
+    """fairseq's help stops before it has added the model's options; the plugin changes that for its own command lines
+    only, or for every one with FAIRSEQ_LINATTN_ALL_MODELS=1."""
+    monkeypatch.delenv(OPT_IN_VARIABLE, raising=False)
     text = help_of(monkeypatch, capsys, "--arch", "transformer_lm", "--task", "language_modeling", "--help")
-    assert "--decoder-layers" in text  # fairseq's own models too
+    assert "--decoder-layers" not in text and "--arch" in text  # fairseq's own help
+    text = help_of(monkeypatch, capsys, "--arch", "transformer_lm", "--task", "associative_recall", "--help")
+    assert "--decoder-layers" in text and "--num-keys" in text  # our task: our help
+    monkeypatch.setenv(OPT_IN_VARIABLE, "1")
+    text = help_of(monkeypatch, capsys, "--arch=transformer_lm", "--task", "language_modeling", "-h")
+    assert "--decoder-layers" in text
 
 
 def test_without_help_the_parse_is_fairseqs(monkeypatch, tmp_path):
