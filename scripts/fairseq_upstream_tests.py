@@ -204,9 +204,10 @@ def main(argv=None):
         if args.report:
             with open(args.report, "w") as f:
                 json.dump({"tests": args.tests, "opt_in": args.opt_in,
-                           "outcomes": {t: {"plain": plain.get(t), "plugin": plugin.get(t)}
+                           "outcomes": {t: {"plain": plain.get(t), "plugin": plugin.get(t), "alone": alone.get(t),
+                                            "verdict": verdicts.get(t, "same")}
                                         for t in sorted(set(plain) | set(plugin))}}, f, indent=1)
-        return 1 if differ else 0
+        return 1 if real else 0
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

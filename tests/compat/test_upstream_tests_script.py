@@ -2,6 +2,7 @@
 names the test whose outcome the plugin changes (run again alone: still different) and exits 1, and tells a test whose
 outcome varies from run to run on both sides from it; a checkout without tests/utils.py is one line. The real run, on
 fairseq's own tests: docs/reliability.md."""
+import json
 import subprocess
 import sys
 
@@ -50,6 +51,13 @@ def test_it_names_the_test_the_plugin_changes(tmp_path):
     assert lines[3].startswith("FLAKY tests.test_guest::test_flaky_either_way: plain passed, with the plugin failed; "
                                "alone (2 runs each): plain failed/passed, with the plugin failed/passed"), lines
     assert lines[-1] == "1 of 3 tests differ, 1 more whose outcome varies without the plugin too"
+    done = subprocess.run([sys.executable, SCRIPT, tmp_path / "checkout", "test_guest.py", "-k", "not altered",
+                           "--workers", "0", "--repeat", "2", "--report", tmp_path / "report.json"], capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr  # a flaky test alone is no difference
+    outcomes = json.loads((tmp_path / "report.json").read_text())["outcomes"]
+    assert outcomes["tests.test_guest::test_flaky_either_way"]["verdict"] == "FLAKY"
+    assert outcomes["tests.test_guest::test_same_either_way"]["verdict"] == "same"
 
 
 def test_a_folder_without_fairseqs_tests_is_one_line(tmp_path):
