@@ -127,18 +127,16 @@ def run_side(args, work: str, side: str, tests=None, workers=None, name=None) ->
     return outcomes(junit), time.time() - start
 
 
-def node_id(test: str) -> str:
+def node_id(test: str, work: str) -> str:
     """pytest's node id of a junit test id (``tests.test_x.Class::name`` -> ``tests/test_x.py::Class::name``)."""
     classname, name = test.split("::", 1)
     parts = classname.split(".")
     for i in range(len(parts), 0, -1):
         path = os.path.join(*parts[:i]) + ".py"
-        if os.path.isfile(os.path.join(WORK, path)):
+        if os.path.isfile(os.path.join(work, path)):
             return "::".join([path, *parts[i:], name])
     return test
 
-
-WORK = "."  # the scratch folder (set by main)
 
 
 def outcomes(junit: str) -> Dict[str, Tuple[str, str]]:
@@ -165,9 +163,8 @@ def counts(found: Dict[str, Tuple[str, str]]) -> str:
 
 
 def main(argv=None):
-    global WORK
     args = parse_args(argv)
-    work = WORK = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix="fairseq_upstream_")
+    work = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix="fairseq_upstream_")
     if args.keep:
         if os.path.exists(work) and os.listdir(work):
             sys.exit(f"fairseq_upstream_tests.py: error: --keep {work} is not empty: name a new folder")
@@ -183,7 +180,7 @@ def main(argv=None):
                                    if plain.get(t, ("absent", ""))[0] != plugin.get(t, ("absent", ""))[0])
         alone, verdicts = {}, {}
         for i, test in enumerate(differ):  # again, alone: flaky, order-dependent or the plugin's?
-            alone[test] = {side: sorted({run_side(args, work, side, tests=[node_id(test)], workers=0,
+            alone[test] = {side: sorted({run_side(args, work, side, tests=[node_id(test, work)], workers=0,
                                                   name=f"{side}-alone{i}-{r}")[0].get(test, ("absent", ""))[0]
                                          for r in range(args.repeat)}) for side in ("plain", "plugin")}
             seen = alone[test]

@@ -14,7 +14,8 @@ def giving_way(register_model):
         def register_cls(cls):
             from fairseq.models import MODEL_REGISTRY
 
-            from ..models.registry import give_way, is_ours
+            from ..models.registry import give_way
+            from ..ownership import is_ours
 
             held = MODEL_REGISTRY.get(name)
             if held is not None and held is not cls and is_ours(held) and not is_ours(cls):

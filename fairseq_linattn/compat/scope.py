@@ -10,14 +10,16 @@ run's config (dataset filtering); code that can see the config or the models ask
 """
 import contextlib
 import contextvars
+import functools
 import os
 from argparse import Namespace
 from typing import Iterable, Optional
 
 from omegaconf import DictConfig
 
+from ..ownership import is_ours
+
 OPT_IN_VARIABLE = "FAIRSEQ_LINATTN_ALL_MODELS"
-PACKAGE = __name__.split(".")[0]
 _TRUE = ("1", "y", "yes", "true")
 
 _RUN_IS_OURS = contextvars.ContextVar("fairseq_linattn_run_is_ours", default=False)
@@ -26,12 +28,6 @@ _RUN_IS_OURS = contextvars.ContextVar("fairseq_linattn_run_is_ours", default=Fal
 def opted_in() -> bool:
     """The user asked for the plugin's behaviour changes on every model (``FAIRSEQ_LINATTN_ALL_MODELS=1``)."""
     return os.environ.get(OPT_IN_VARIABLE, "").strip().lower() in _TRUE
-
-
-def is_plugins(obj) -> bool:
-    """A class (or an instance of one) defined in this package."""
-    cls = obj if isinstance(obj, type) else type(obj)
-    return cls.__module__.split(".")[0] == PACKAGE
 
 
 def _get(container, key: str):
@@ -64,16 +60,23 @@ def names_ours(cfg) -> bool:
     found = [ARCH_MODEL_REGISTRY.get(model) or MODEL_REGISTRY.get(model) if isinstance(model, str) else None,
              TASK_REGISTRY.get(task) if isinstance(task, str) else None,
              CRITERION_REGISTRY.get(criterion) if isinstance(criterion, str) else None]
-    if any(cls is not None and is_plugins(cls) for cls in found):
+    if any(cls is not None and is_ours(cls) for cls in found):
         return True
     return isinstance(paths, str) and bool(paths) and all(_checkpoint_is_ours(p) for p in paths.split(os.pathsep))
 
 
 def _checkpoint_is_ours(path: str) -> bool:
-    """Whether the checkpoint at ``path`` holds one of our models (its config read without its tensors); a file that
-    is missing or unreadable holds nothing we know of."""
+    """Whether the checkpoint at ``path`` holds one of our models; a file that is missing or unreadable holds nothing
+    we know of. (A command asks twice, when its line is parsed and when it runs: the file is read once.)"""
     if "://" in path or not os.path.isfile(path):
         return False
+    stat = os.stat(path)
+    return _holds_our_model(os.path.abspath(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _holds_our_model(path: str, mtime_ns: int, size: int) -> bool:
+    """(Cached by the file's path, time and size: a rewritten file is read again.) Its config, without its tensors."""
     from ..checkpoints.fit import model_class, saved_model_cfg
 
     try:
@@ -84,7 +87,7 @@ def _checkpoint_is_ours(path: str) -> bool:
 
 def models_are_ours(models: Iterable) -> bool:
     models = list(models)
-    return bool(models) and all(is_plugins(model) for model in models)
+    return bool(models) and all(is_ours(model) for model in models)
 
 
 def applies(cfg=None, models: Optional[Iterable] = None) -> bool:

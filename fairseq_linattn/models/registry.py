@@ -18,14 +18,11 @@ from typing import Callable, Dict, Optional
 
 from fairseq import models as fairseq_models
 
+from ..ownership import is_ours
+
 logger = logging.getLogger(__name__)
 
-PACKAGE = __name__.split(".")[0]
 DECLINED = set()  # our model names another module held when we came to register them
-
-
-def is_ours(cls) -> bool:
-    return isinstance(cls, type) and cls.__module__.split(".")[0] == PACKAGE
 
 
 def registered_name(cls) -> str:
