@@ -83,6 +83,8 @@ def parse_args(argv=None):
         parser.error(f"--workers must be 0 or more, got {args.workers}")
     if args.repeat < 1:
         parser.error(f"--repeat must be 1 or more, got {args.repeat}")
+    if args.keep and os.path.exists(args.keep) and not (os.path.isdir(args.keep) and not os.listdir(args.keep)):
+        parser.error(f"--keep {args.keep} exists and is not an empty folder: name a new folder")
     return args
 
 
@@ -166,8 +168,6 @@ def main(argv=None):
     args = parse_args(argv)
     work = os.path.abspath(args.keep) if args.keep else tempfile.mkdtemp(prefix="fairseq_upstream_")
     if args.keep:
-        if os.path.exists(work) and os.listdir(work):
-            sys.exit(f"fairseq_upstream_tests.py: error: --keep {work} is not empty: name a new folder")
         os.makedirs(work, exist_ok=True)
     try:
         prepare(args.checkout, work, shims=not args.no_shims)
