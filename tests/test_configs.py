@@ -71,3 +71,28 @@ def test_a_config_name_that_names_no_config_is_one_line(monkeypatch, capsys):
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert line.startswith("fairseq-linattn-hydra-train: error: no config named 'pretraining/linformer_bse': the "
                            "shipped ones are finetuning/cola,") and "pretraining/linformer_base" in line, line
+
+
+def test_an_fp16_config_without_cuda_is_one_line_naming_the_overrides(monkeypatch, capsys):
+    """The shipped configs train in fp16 as fairseq's do; on a machine without CUDA fairseq ended in "AssertionError:
+    Torch not compiled with CUDA enabled" after loading the data. The overrides that run it on the CPU get through."""
+    import torch
+
+    from fairseq_linattn.cli import hydra_train
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    argv = ["fairseq-linattn-hydra-train", "--config-name", "finetuning/rte", "task.data=/tmp",
+            "checkpoint.restore_file=/tmp/model.pt"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit) as stop:
+        hydra_train.cli_main()
+    assert stop.value.code == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert line == ("fairseq-linattn-hydra-train: error: rte.yaml trains in fp16 on a CUDA GPU and torch sees none on "
+                    "this machine: add common.fp16=false common.cpu=true (or common.bf16=true common.cpu=true for "
+                    "16-bit training on the CPU)")
+    shipped = hydra_train.rewrite_overrides(argv[1:])
+    assert hydra_train.fp16_without_cuda(shipped) is not None
+    assert hydra_train.fp16_without_cuda([*shipped, "common.fp16=false", "common.cpu=true"]) is None
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert hydra_train.fp16_without_cuda(shipped) is None

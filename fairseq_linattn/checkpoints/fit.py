@@ -44,6 +44,13 @@ PRESENCE_HINTS: Sequence[Tuple[str, str, str]] = (
     (r"feature_map\.(omega|draw_index)$",
      "the checkpoint has no FAVOR+ features: it was trained with --feature-map elu or relu, this model uses favor",
      "the checkpoint was trained with --feature-map favor: pass --feature-map favor"),
+    # pre-LN stacks end in a layer_norm, post-LN ones start with a layernorm_embedding (fairseq's RoBERTa and LMs)
+    (r"encoder\.layer_norm\.(weight|bias)$|encoder\.layernorm_embedding\.(weight|bias)$",
+     "the checkpoint's encoder puts its layer norms elsewhere: match its --encoder-normalize-before",
+     "the checkpoint's encoder puts its layer norms elsewhere: match its --encoder-normalize-before"),
+    (r"decoder\.layer_norm\.(weight|bias)$|decoder\.layernorm_embedding\.(weight|bias)$",
+     "the checkpoint's decoder puts its layer norms elsewhere: match its --decoder-normalize-before",
+     "the checkpoint's decoder puts its layer norms elsewhere: match its --decoder-normalize-before"),
     (r"(compress_k|compress_v|compress_layer)\.weight$",
      "the checkpoint shares its Linformer projections differently: match its --shared-kv-compressed / "
      "--shared-layer-kv-compressed / --compress-projection",

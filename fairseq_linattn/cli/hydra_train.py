@@ -74,6 +74,46 @@ def missing_config(argv: List[str]):
     return None
 
 
+def config_file(argv: List[str]):
+    """The YAML file that ``--config-dir`` and ``--config-name`` name, or None."""
+    keys = {"--config-dir": "dir", "-cd": "dir", "--config-name": "name", "-cn": "name"}
+    values = {}
+    for i, arg in enumerate(argv):
+        flag, sep, value = arg.partition("=")
+        if flag in keys:
+            if sep:
+                values[keys[flag]] = value
+            elif i + 1 < len(argv):
+                values[keys[flag]] = argv[i + 1]
+    if "dir" not in values or "name" not in values:
+        return None
+    path = os.path.join(values["dir"], values["name"] + ".yaml")
+    return path if os.path.isfile(path) else None
+
+
+def fp16_without_cuda(argv: List[str]):
+    """A config that trains in fp16 (the shipped GLUE and pretraining ones, as fairseq's) on a machine where torch
+    sees no CUDA GPU, with no override of it: fairseq ended in "AssertionError: Torch not compiled with CUDA enabled"
+    after loading the data. The overrides that run it on the CPU, or None."""
+    overridden = {arg.split("=", 1)[0].lstrip("+") for arg in argv if "=" in arg and not arg.startswith("-")}
+    if overridden & {"common.fp16", "common.memory_efficient_fp16"}:
+        return None
+    path = config_file(argv)
+    if path is None:
+        return None
+    from omegaconf import OmegaConf
+
+    common = OmegaConf.load(path).get("common") or {}
+    if not (common.get("fp16") or common.get("memory_efficient_fp16")):
+        return None
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return (f"{os.path.basename(path)} trains in fp16 on a CUDA GPU and torch sees none on this machine: add "
+            f"common.fp16=false common.cpu=true (or common.bf16=true common.cpu=true for 16-bit training on the CPU)")
+
+
 def cli_main():
     from fairseq_cli import hydra_train
 
@@ -84,6 +124,10 @@ def cli_main():
     if name is not None:
         print(f"{os.path.basename(sys.argv[0])}: error: no config named {name!r}: the shipped ones are "
               f"{', '.join(shipped_configs())} (or pass --config-dir with your own)", file=sys.stderr)
+        sys.exit(2)
+    problem = fp16_without_cuda(argv)
+    if problem is not None:
+        print(f"{os.path.basename(sys.argv[0])}: error: {problem}", file=sys.stderr)
         sys.exit(2)
     sys.argv = [sys.argv[0]] + argv
     hydra_train.cli_main()

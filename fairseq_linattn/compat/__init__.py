@@ -35,8 +35,10 @@ lists what it ran and what differs.
   UTF-8, with a warning each, and reads on (3).
 * :mod:`.scoring`: no "BLEU on BPE tokens" warning where fairseq-generate scores sentencepiece output as text (3).
 * :mod:`.registry`: a module that registers one of our model names (fairseq's ``examples/linformer``) gets it.
+* :mod:`.hub`: fairseq's hub classes on a checkpoint of ours without ``bpe=`` (GPT-2's BPE) say
+  ``bpe='sentencepiece'`` at once (2).
 """
-from . import checkpoints, cli, data, distributed, generation, interactive, registry, scoring
+from . import checkpoints, cli, data, distributed, generation, hub, interactive, registry, scoring
 
 _APPLIED = False
 
@@ -53,4 +55,5 @@ def apply_fairseq_fixes():
     interactive.apply()
     scoring.apply()
     registry.apply()
+    hub.apply()
     _APPLIED = True

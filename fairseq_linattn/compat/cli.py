@@ -14,8 +14,11 @@ middle of generation), ``fairseq-eval-lm --context-window`` not below ``--tokens
 ValueError), ``fairseq-train --fp16`` where torch sees no CUDA GPU ("Torch not compiled with CUDA enabled"
 when the optimizer is built) and ``--post-process sentencepiece`` with ``--bpe sentencepiece`` (the text decoded
 twice: words without spaces between them, scored without a word), a ``--path`` that is missing, damaged or no
-checkpoint (found after the data was loaded) and our tasks' options. Each is argparse's ``<command>: error:
-<message>`` and exit status 2.
+checkpoint (found after the data was loaded), our tasks' options, a ``--restore-file`` of our model built with other
+layer norms or sizes (``--encoder-normalize-before`` dropped from a finetuning command: the load failed after the data,
+naming tensors) and a ``--num-classes`` other than the label dictionary's size (too few ended mid-training in
+"Target 5 is out of bounds", too many trained silently). Each is argparse's ``<command>: error: <message>`` and exit
+status 2.
 
 Both apply to command lines of our models, tasks and criteria (:mod:`.scope`: an ``--arch``, ``--task`` or
 ``--criterion`` of ours, or checkpoints of our models), or to every command line with ``FAIRSEQ_LINATTN_ALL_MODELS=1``;
@@ -128,7 +131,7 @@ def command_line_problem(args):
         return (f"--context-window {window} must be smaller than --tokens-per-sample {sample}: each window scores "
                 f"{sample} - {window} new tokens after {window} tokens of context (e.g. --context-window "
                 f"{sample // 2})")
-    problem = task_problem(args) or data_problem(args)
+    problem = task_problem(args) or data_problem(args) or restore_problem(args) or classes_problem(args)
     if problem:
         return problem
     from fairseq.models import ARCH_MODEL_REGISTRY
@@ -228,4 +231,69 @@ def data_problem(args):
         if folder and "://" not in folder and not os.path.exists(folder):
             return (f"the data folder {folder} does not exist: pass the --destdir of fairseq-preprocess (the folder "
                     f"with dict.txt and the binarized splits)")
+    return None
+
+
+# the options that shape a model's tensors: a --restore-file trained with other values does not load
+STRUCTURE_OPTIONS = ("encoder_normalize_before", "decoder_normalize_before", "encoder_layers", "encoder_embed_dim",
+                     "encoder_ffn_embed_dim", "encoder_attention_heads", "decoder_layers", "decoder_embed_dim",
+                     "decoder_ffn_embed_dim", "decoder_attention_heads", "max_positions")
+
+
+def restore_problem(args):
+    """fairseq-train --restore-file / --finetune-from-model naming a checkpoint of ours built with other layer norms
+    or sizes than the command line's (a finetuning command that dropped --encoder-normalize-before): the load failed
+    after the data was read, naming tensors; here, at start-up, naming the options."""
+    import os
+
+    from ..checkpoints.fit import model_class, saved_model_cfg
+
+    if not hasattr(args, "max_update"):
+        return None
+    for option in ("finetune_from_model", "restore_file"):
+        path = getattr(args, option, None)
+        if not path or path == "checkpoint_last.pt" or not os.path.isfile(path):
+            continue
+        try:
+            saved = saved_model_cfg(path)
+            if model_class(saved) is None:
+                continue
+        except Exception:  # noqa: BLE001 - damaged or foreign: fairseq's own loading reports it
+            continue
+        fixes = []
+        for key in STRUCTURE_OPTIONS:
+            old, new = getattr(saved, key, None) if not isinstance(saved, dict) else saved.get(key), getattr(args, key, None)
+            if old is None or new is None or old == new:
+                continue
+            flag = "--" + key.replace("_", "-")
+            if isinstance(old, bool) or isinstance(new, bool):
+                fixes.append(f"add {flag} (it was trained pre-LN)" if old else f"drop {flag} (it was trained post-LN)")
+            else:
+                fixes.append(f"{flag} {old} (not {new})")
+        if fixes:
+            return (f"--{option.replace('_', '-')} {path} was trained with other model options, so its weights do not "
+                    f"fit this model: {'; '.join(fixes)}")
+    return None
+
+
+def classes_problem(args):
+    """fairseq-train --task sentence_prediction with a --num-classes other than the label dictionary's size: too few
+    ended mid-training ("IndexError: Target 5 is out of bounds"), too many trained a head with outputs no label has,
+    silently."""
+    import os
+
+    if (not hasattr(args, "max_update") or getattr(args, "task", None) != "sentence_prediction"
+            or getattr(args, "regression_target", False) or not isinstance(getattr(args, "data", None), str)):
+        return None
+    labels_file = os.path.join(args.data.split(os.pathsep)[0], "label", "dict.txt")
+    if not os.path.isfile(labels_file):
+        return None
+    with open(labels_file, encoding="utf-8") as f:
+        # (fairseq-preprocess pads a dictionary to a multiple of 8 with madeupwordNNNN entries: no label is one)
+        labels = [word for word in (line.split(" ")[0] for line in f if line.strip()) if not word.startswith("madeupword")]
+    classes = getattr(args, "num_classes", None)
+    if classes is not None and classes != len(labels):
+        shown = ", ".join(labels[:8]) + (", ..." if len(labels) > 8 else "")
+        return (f"--num-classes {classes} but {labels_file} holds {len(labels)} labels ({shown}): pass --num-classes "
+                f"{len(labels)}")
     return None

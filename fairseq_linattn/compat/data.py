@@ -38,6 +38,19 @@ LENGTH_OPTIONS = (
 )
 
 
+def shorter_samples(max_positions) -> str:
+    """What to do when every sample is longer than ``max_positions`` (an int, or a tuple with one per input): make
+    them shorter. The model's limit was fixed by its training: a larger --tokens-per-sample only makes longer ones."""
+    limits = [m for m in (max_positions if isinstance(max_positions, (tuple, list)) else (max_positions,))
+              if isinstance(m, int)]
+    if not limits:
+        return LENGTH_OPTIONS
+    return (f"make the samples at most {min(limits)} tokens, the model's limit since it was trained (e.g. "
+            f"--tokens-per-sample {min(limits)} or less: a larger value only makes longer samples), cut them "
+            f"(--sample-break-mode none or complete instead of eos, --shorten-method truncate), or, for "
+            f"fairseq-eval-lm, evaluate with --context-window")
+
+
 # Set by a caller that handles samples longer than the model accepts itself: ``on_too_long(dataset, ignored,
 # max_positions)`` gets their indices, and filtering neither raises nor warns. fairseq-interactive skips such a line
 # with its own warning; a data set (eval-lm, validate, generate) keeps the refusal below.
@@ -58,7 +71,7 @@ def refusing_to_filter_everything(filter_indices_by_size):
         if len(indices) > 0 and len(kept) == 0 and scope.applies():
             raise NothingToEvaluateError(
                 f"all {len(indices):,} samples are longer than the model accepts (max_positions={max_positions}), "
-                f"so none is left: {LENGTH_OPTIONS}."
+                f"so none is left: {shorter_samples(max_positions)}."
             )
         return kept
 

@@ -135,3 +135,55 @@ def test_a_missing_data_folder_or_checkpoint_is_one_line(monkeypatch, capsys, tm
     line = parse_error(monkeypatch, capsys, options.get_eval_lm_parser, "fairseq-eval-lm", str(tmp_path), "--path",
                        str(tmp_path / "ckpt" / "checkpoint_best.pt"))
     assert line.endswith("checkpoint_best.pt cannot be loaded: it is empty (0 bytes)"), line
+
+
+LINFORMER = str(ROOT / "tests" / "checkpoints" / "v0_1" / "linformer_roberta.pt")  # post-LN, 2 layers, d 32, n 32
+LINFORMER_SIZES = ["--arch", "linformer_roberta_base", "--encoder-layers", "2", "--encoder-embed-dim", "32",
+                   "--encoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4", "--max-positions", "32"]
+
+
+def classification_data(tmp_path, labels):
+    (tmp_path / "label").mkdir()
+    # as fairseq-preprocess writes it: padded to a multiple of 8 with madeupword entries, which are no labels
+    padding = [f"madeupword{i:04d}" for i in range(-(len(labels) + 4) % 8)]
+    (tmp_path / "label" / "dict.txt").write_text("".join(f"{word} 1\n" for word in [*labels, *padding]))
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("classes", ["5", "45"])
+def test_num_classes_other_than_the_label_dictionary(monkeypatch, capsys, tmp_path, classes):
+    """Too few ended mid-training in "IndexError: Target 5 is out of bounds", too many trained silently."""
+    data = classification_data(tmp_path, ["admin", "games", "graphics", "net", "science", "sound"])
+    line = parse_error(monkeypatch, capsys, options.get_training_parser, "fairseq-train", data, "--task",
+                       "sentence_prediction", "--criterion", "sentence_prediction", *LINFORMER_SIZES, "--num-classes",
+                       classes)
+    assert line == (f"fairseq-train: error: --num-classes {classes} but {tmp_path}/label/dict.txt holds 6 labels (admin, "
+                    "games, graphics, net, science, sound): pass --num-classes 6")
+    monkeypatch.setattr(sys, "argv", ["fairseq-train", data, "--task", "sentence_prediction", "--criterion",
+                                      "sentence_prediction", *LINFORMER_SIZES, "--num-classes", "6"])
+    assert options.parse_args_and_arch(options.get_training_parser()).num_classes == 6
+
+
+@pytest.mark.parametrize("flags,fix", [
+    (["--encoder-normalize-before"], "drop --encoder-normalize-before (it was trained post-LN)"),
+    (["--encoder-layers", "3"], "--encoder-layers 2 (not 3)"),
+])
+def test_restore_file_trained_with_other_layer_norms_or_sizes(monkeypatch, capsys, tmp_path, flags, fix):
+    """A finetuning command that dropped (or added) --encoder-normalize-before failed after loading the data, naming
+    tensors (encoder.sentence_encoder.layer_norm.weight: only in the checkpoint); now at start-up, naming the flag."""
+    data = classification_data(tmp_path, ["a", "b"])
+    line = parse_error(monkeypatch, capsys, options.get_training_parser, "fairseq-train", data, "--task",
+                       "sentence_prediction", "--criterion", "sentence_prediction", "--num-classes", "2",
+                       *LINFORMER_SIZES, *flags, "--restore-file", LINFORMER)
+    assert line == (f"fairseq-train: error: --restore-file {LINFORMER} was trained with other model options, so its "
+                    f"weights do not fit this model: {fix}")
+
+
+def test_length_advice_points_to_shorter_samples():
+    """Every sample longer than the model takes: the fix is shorter samples (fairseq-validate with a
+    --tokens-per-sample above the checkpoint's was told to raise the length)."""
+    from fairseq_linattn.compat.data import shorter_samples
+
+    assert shorter_samples(64).startswith("make the samples at most 64 tokens, the model's limit since it was trained "
+                                          "(e.g. --tokens-per-sample 64 or less: a larger value only makes longer")
+    assert shorter_samples((None, 32)).startswith("make the samples at most 32 tokens")

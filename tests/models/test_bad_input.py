@@ -75,6 +75,9 @@ def test_explanations_of_other_misfits():
     explanation = explain_misfit(long, short.state_dict())
     assert "66 positional embeddings, this model 130" in explanation and "Linformer projection is 16x64" in explanation
     assert explain_misfit(short, short.state_dict()) is None
+    pre_ln, _ = build("linformer_roberta_base", **{**SMALL_ENCODER, "encoder_normalize_before": True})
+    assert explain_misfit(short, pre_ln.state_dict()).endswith(
+        "the checkpoint's encoder puts its layer norms elsewhere: match its --encoder-normalize-before")
 
 
 def test_identity_differences_name_the_options_no_tensor_shows():
