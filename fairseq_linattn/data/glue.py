@@ -53,6 +53,7 @@ class TaskSpec:
     test_files: tuple[str, ...] = ("test",)
     num_fields: int | None = None  # QQP: train/dev lines with another field count are dropped, as fairseq does
     regression_scale: float | None = None  # regression: float labels divided by this, written as text
+    test_label_column: int | None = None  # a labelled test split (custom tasks): binarized, so fairseq-validate scores it
 
 
 GLUE_TASKS = {
@@ -85,13 +86,16 @@ def custom_task_spec(
     header: bool,
     test_input_columns: Sequence[int] | None = None,
     regression: bool = False,
+    test_label_column: int | None = None,
 ) -> TaskSpec:
-    """A task in GLUE layout (NAME/train.tsv, dev.tsv, optional test.tsv) with the given columns."""
+    """A task in GLUE layout (NAME/train.tsv, dev.tsv, optional test.tsv) with the given columns; with
+    ``test_label_column``, test.tsv's labels are binarized too (``fairseq-validate --valid-subset test``)."""
     if not 1 <= len(input_columns) <= 2:
         raise ValueError(f"a task has one or two input columns, got {list(input_columns)}")
     return TaskSpec(
         name, tuple(input_columns), label_column, tuple(test_input_columns or input_columns),
         train_dev_header=header, test_header=header, regression_scale=1.0 if regression else None,
+        test_label_column=test_label_column,
     )
 
 
@@ -168,7 +172,10 @@ def prepare_task(spec: TaskSpec, glue_dir: Path, out_dir: Path, processor: Sente
     splits += [("valid", _existing_file(task_dir / f"{stem}.tsv"), spec.train_dev_header, spec.input_columns,
                 spec.dev_label_column if spec.dev_label_column is not None else spec.label_column)
                for stem in spec.dev_files]
-    splits += [("test", path, spec.test_header, spec.test_input_columns, None) for path in test_paths]
+    splits += [("test", path, spec.test_header, spec.test_input_columns, spec.test_label_column) for path in test_paths]
+    if spec.test_label_column is not None and not test_paths:
+        raise GlueFormatError(f"--test-label-column given but {task_dir / 'test.tsv'} does not exist: add the labelled "
+                              "test split or drop the option")
 
     dictionary_words = {line.split(" ")[0] for line in srcdict.read_text(encoding="utf-8").splitlines()}
     prefixes: dict[str, dict[str, list[str]]] = {}  # "input0"/"label" -> kind -> file prefixes
@@ -202,8 +209,10 @@ def prepare_task(spec: TaskSpec, glue_dir: Path, out_dir: Path, processor: Sente
         if name == "label" and spec.regression_scale is not None:
             # sentence_prediction reads regression targets from label/<split>.label as text.
             (bin_dir / "label").mkdir(parents=True)
-            for split_name, source in zip(["train"] + _valid_names(len(by_kind["valid"])),
-                                          by_kind["train"] + by_kind["valid"]):
+            tests = by_kind.get("test", [])
+            names = ["train", *_valid_names(len(by_kind["valid"])),
+                     *(valid.replace("valid", "test") for valid in _valid_names(len(tests)))]
+            for split_name, source in zip(names, by_kind["train"] + by_kind["valid"] + tests):
                 shutil.copyfile(source, bin_dir / "label" / f"{split_name}.label")
             continue
         args = ["--only-source", "--destdir", str(bin_dir / name), "--workers", str(workers),
@@ -254,6 +263,9 @@ def main(argv: list[str] | None = None) -> None:
     custom.add_argument("--input-columns", type=int, nargs="+", help="0-based column(s) of the input text(s)")
     custom.add_argument("--label-column", type=int, help="0-based column of the label")
     custom.add_argument("--test-input-columns", type=int, nargs="+", help="default: --input-columns")
+    custom.add_argument("--test-label-column", type=int, help="0-based column of test.tsv's labels: a labelled test "
+                        "split is binarized with them, for fairseq-validate --valid-subset test (default: "
+                        "unlabelled, as GLUE's)")
     custom.add_argument("--header", action="store_true", help="every file starts with a header row")
     custom.add_argument("--regression", action="store_true", help="float labels, written as text like STS-B")
     args = parser.parse_intermixed_args(argv)  # TASK may come after the options
@@ -264,7 +276,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.input_columns is None or args.label_column is None:
             parser.error("--custom-task needs --input-columns and --label-column")
         tasks = [custom_task_spec(args.custom_task, args.input_columns, args.label_column, args.header,
-                                  args.test_input_columns, args.regression)]
+                                  args.test_input_columns, args.regression, args.test_label_column)]
     elif args.task == "ALL":
         tasks = [GLUE_TASKS[name] for name in ALL_TASKS]
     elif args.task in GLUE_TASKS:

@@ -247,3 +247,26 @@ def test_cli_argument_errors(preprocess_glue_script, tmp_path, capsys):
         with pytest.raises(SystemExit):
             main(argv)
         assert message in capsys.readouterr().err
+
+
+def test_a_labelled_test_split_is_binarized_with_its_labels(tmp_path, spm_model, lm_databin, preprocess_glue_script):
+    """--test-label-column: test.tsv's labels go into label/test, so fairseq-validate --valid-subset test scores it
+    (GLUE's test files have none: without the option the test split stays inputs only)."""
+    g = preprocess_glue_script
+    rows = [["a first sentence", "x"], ["another one", "y"], ["and a third", "x"]]
+    for stem in ("train", "dev", "test"):
+        _write_tsv(tmp_path / "lab" / f"{stem}.tsv", rows, ["sentence", "label"])
+    processor = load_model(spm_model)
+    spec = g.custom_task_spec("lab", [0], 1, header=True, test_label_column=1)
+    invocations = g.prepare_task(spec, tmp_path, tmp_path / "out", processor, lm_databin / "dict.txt",
+                                 tmp_path / "work", workers=1)
+    assert (tmp_path / "work" / "test.label").read_text().splitlines() == ["x", "y", "x"]
+    label = next(args for args in invocations if args[args.index("--destdir") + 1].endswith("label"))
+    assert label[label.index("--testpref") + 1] == str(tmp_path / "work" / "test.label")
+    unlabelled = g.prepare_task(g.custom_task_spec("lab", [0], 1, header=True), tmp_path, tmp_path / "out2", processor,
+                                lm_databin / "dict.txt", tmp_path / "work2", workers=1)
+    assert not (tmp_path / "work2" / "test.label").exists()
+    assert "--testpref" not in next(a for a in unlabelled if a[a.index("--destdir") + 1].endswith("label"))
+    (tmp_path / "lab" / "test.tsv").unlink()
+    with pytest.raises(g.GlueFormatError, match="--test-label-column given but .*test.tsv does not exist"):
+        g.prepare_task(spec, tmp_path, tmp_path / "out3", processor, lm_databin / "dict.txt", tmp_path / "work3", 1)
