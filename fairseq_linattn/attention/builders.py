@@ -123,6 +123,8 @@ def build_linformer_attention(options: LinformerOptions, layer_index: int, shape
     def projection(index: int):
         proj = build_projection(options.projection, options.max_positions, options.compressed_lengths[index],
                                 shape.embed_dim)
+        if options.init == "average":
+            proj.init_identity_like_()
         return proj.requires_grad_(not options.freeze)
 
     if options.shared_layers:  # one projection for keys, values and every layer, owned by the caller

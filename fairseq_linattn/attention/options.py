@@ -326,6 +326,7 @@ class LinformerOptions(MechanismOptions):
     shared_kv: bool = False
     shared_layers: bool = False
     freeze: bool = False
+    init: str = "xavier"
 
     GROUP = "Linformer"
     IDENTITY_FLAGS = ("compressed", "compressed_length", "compress_projection", "max_positions", "encoder_layers")
@@ -342,6 +343,9 @@ class LinformerOptions(MechanismOptions):
         "shared_layer_kv_compressed": Flag(0, int, "1: one projection for keys, values and all layers (stored once)",
                                            choices=[0, 1]),
         "freeze_compress": Flag(0, int, "1: do not train the projections", choices=[0, 1]),
+        "compress_init": Flag("xavier", str, "how learned (and conv) projections start: xavier, fairseq's random "
+                                             "signed mixing of every position, or average, each compressed position "
+                                             "the mean of its window of n/k positions", choices=["xavier", "average"]),
     }
 
     @classmethod
@@ -385,6 +389,7 @@ class LinformerOptions(MechanismOptions):
             shared_kv=bool(int(flags["shared_kv_compressed"])),
             shared_layers=shared_layers,
             freeze=bool(int(flags["freeze_compress"])),
+            init=flags["compress_init"],
         )
 
     def identity(self) -> dict:  # pooling projections have no weights that show k or n

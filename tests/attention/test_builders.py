@@ -131,3 +131,16 @@ def test_a_new_model_family_is_only_names(cosine_mechanism):
     assert {a.temperature for a in attentions} == {0.25}
     features, _ = model.eval()(torch.randint(4, len(task.dictionary), (2, 10)), features_only=True)
     assert features.shape == (2, 10, SMALL_ENCODER["encoder_embed_dim"])
+
+
+def test_compress_init_average_starts_each_compressed_position_as_a_window_mean():
+    """--compress-init average: E and F start as window averages (fairseq's Xavier draw mixes every position with
+    random signs); the default stays fairseq's, so its checkpoints and command lines mean what they meant."""
+    averaged, _ = build("linformer_roberta_base", **{**SMALL_ENCODER, "compress_init": "average"})
+    default, _ = build("linformer_roberta_base", **SMALL_ENCODER)
+    layer = averaged.encoder.sentence_encoder.layers[0].self_attn
+    k, n = layer.compress_k.weight.shape
+    expected = torch.repeat_interleave(torch.eye(k), n // k, dim=1) / (n // k)
+    torch.testing.assert_close(layer.compress_k.weight.detach(), expected)
+    torch.testing.assert_close(layer.compress_v.weight.detach(), expected)
+    assert (default.encoder.sentence_encoder.layers[0].self_attn.compress_k.weight < 0).any()

@@ -22,7 +22,8 @@ def test_shapes_and_weights(kind):
     x = torch.randn(40, 3, C)
     out, weights = attn(x, x, x, need_weights=True)
     assert out.shape == (40, 3, C)
-    k_effective = -(-40 // (N // 16)) if kind != "learned" else 16  # windows cover only the input
+    # windows of n/k cover only the input; learned E and adaptive segments give k positions at any length
+    k_effective = 16 if kind in ("learned", "adaptive-mean") else -(-40 // (N // 16))
     assert weights.shape == (3, 40, k_effective)
     torch.testing.assert_close(weights.sum(-1), torch.ones(3, 40))
     out2, none = attn(x, x, x, need_weights=False)
@@ -45,6 +46,37 @@ def test_identity_projection_equals_softmax_attention():
     ref, ref_w = mha(x, x, x, need_weights=True)
     assert_matches_reference(ours, ref, rtol=1e-5, atol=1e-6)
     assert_matches_reference(ours_w, ref_w, rtol=1e-5, atol=1e-6)
+
+
+def test_adaptive_mean_is_a_plain_mean_over_each_segment():
+    """Each example's own length L in k segments [j L // k, (j + 1) L // k), each its tokens' mean (a plain loop as
+    the reference); a segment that is empty (L < k) is masked."""
+    projection = build_projection("adaptive-mean", N, 8, C)
+    x = torch.randn(37, 3, C)
+    lengths = [37, 20, 5]
+    mask = torch.arange(37).unsqueeze(0) >= torch.tensor(lengths).unsqueeze(1)
+    x = x.masked_fill(mask.t().unsqueeze(-1), 0.0)
+    y, empty = projection(x, mask)
+    for b, length in enumerate(lengths):
+        for j in range(8):
+            start, stop = j * length // 8, (j + 1) * length // 8
+            assert bool(empty[b, j]) == (start == stop), (b, j)
+            if start < stop:
+                torch.testing.assert_close(y[j, b], x[start:stop, b].mean(0), rtol=1e-5, atol=1e-6)
+
+
+def test_adaptive_mean_at_most_k_tokens_is_softmax_attention():
+    """An input of at most k tokens is not compressed at all: exactly fairseq's MultiheadAttention, padding included."""
+    attn = make_attention("adaptive-mean", k=16)
+    mha = MultiheadAttention(C, H, self_attention=True).eval()
+    mha.load_state_dict(attn.state_dict())
+    x = torch.randn(12, 2, C)
+    mask = torch.zeros(2, 12, dtype=torch.bool)
+    mask[1, 9:] = True
+    ours, _ = attn(x, x, x, key_padding_mask=mask)
+    ref, _ = mha(x, x, x, key_padding_mask=mask)
+    assert_matches_reference(ours[:, 0], ref[:, 0], rtol=1e-5, atol=1e-6)
+    assert_matches_reference(ours[:9, 1], ref[:9, 1], rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("kind", sorted(PROJECTIONS))
