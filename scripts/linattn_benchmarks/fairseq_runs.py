@@ -200,6 +200,12 @@ class CorpusData:
     summary: object
 
     @property
+    def classes(self) -> int:
+        """The classification task's label count (its label dictionary, fairseq-preprocess's padding left out)."""
+        words = (Path(self.cls) / "label" / "dict.txt").read_text(encoding="utf-8").split("\n")
+        return sum(1 for line in words if line.strip() and not line.startswith("madeupword"))
+
+    @property
     def majority_baseline(self) -> Optional[float]:
         """Accuracy (%) of always answering the most frequent class of the dev set."""
         counts = self.summary.classification.get("dev") or {}
@@ -220,6 +226,27 @@ def prepare_corpus(work: Path, max_chars: int, vocab: int, workers: int = 2) -> 
     (cls,) = preprocess_glue(corpus, [spec], Path(work) / "glue", lm / "sentencepiece.bpe.model", lm / "dict.txt",
                              workers=workers)
     return CorpusData(lm=lm, cls=cls, summary=summary)
+
+
+def prepare_debian(work: Path, vocab: int, workers: int = 2) -> CorpusData:
+    """The second classification task (Debian package descriptions -> their Section, from this machine's apt lists;
+    fairseq_linattn.data.debian_packages): its descriptions for masked_lm, its labelled splits for
+    sentence_prediction (test labels binarized too)."""
+    from types import SimpleNamespace
+
+    from fairseq_linattn.data.debian_packages import extract
+    from fairseq_linattn.data.glue import custom_task_spec, preprocess_glue
+    from fairseq_linattn.data.lm_data import prepare_lm_data
+
+    raw = Path(work) / "debian"
+    summary = extract(raw)
+    corpus = raw / "corpus"
+    lm = prepare_lm_data(corpus / "train.txt", corpus / "valid.txt", Path(work) / "data-bin", test=corpus / "test.txt",
+                         vocab_size=vocab, workers=workers)
+    spec = custom_task_spec("cls", input_columns=[0], label_column=1, header=True, test_label_column=1)
+    (cls,) = preprocess_glue(raw, [spec], Path(work) / "glue", lm / "sentencepiece.bpe.model", lm / "dict.txt",
+                             workers=workers)
+    return CorpusData(lm=lm, cls=cls, summary=SimpleNamespace(**summary))
 
 
 def sequence(*parts: Sequence) -> List[str]:

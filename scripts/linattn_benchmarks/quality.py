@@ -73,6 +73,23 @@ MLM_MODELS = {
                                      lambda n: ["--compressed-length", n // 4, "--compress-projection", "mean"]),
     "linear_roberta (elu+1)": ("linear_roberta_base", lambda n: []),
 }
+QUALITY_MLM_MODELS = tuple(MLM_MODELS)  # the quality study's encoders (the ones below are the finetuning study's)
+MLM_MODELS.update({
+    # each input's own length in k segments, each the mean of its ~T/k tokens: no compression at T <= k
+    "linformer k=n/4 adaptive-mean": ("linformer_roberta_base",
+                                      lambda n: ["--compressed-length", n // 4, "--compress-projection", "adaptive-mean"]),
+    "linformer k=n/8 adaptive-mean": ("linformer_roberta_base",
+                                      lambda n: ["--compressed-length", n // 8, "--compress-projection", "adaptive-mean"]),
+    # the learned E / F started as window averages (each compressed position the mean of n/k positions) instead of
+    # fairseq's random signed mixing of every position
+    "linformer k=n/4 average-init": ("linformer_roberta_base",
+                                     lambda n: ["--compressed-length", n // 4, "--compress-init", "average"]),
+    "linformer k=n/8 average-init": ("linformer_roberta_base",
+                                     lambda n: ["--compressed-length", n // 8, "--compress-init", "average"]),
+    # the finetuning ablation's: learned projections that compress less, down to none (k = n: E is n x n)
+    "linformer k=n/2": ("linformer_roberta_base", lambda n: ["--compressed-length", n // 2]),
+    "linformer k=n": ("linformer_roberta_base", lambda n: ["--compressed-length", n]),
+})
 LM_MODELS = {
     "transformer_lm": ("transformer_lm", []),
     "linear elu+1": ("linear_transformer_lm", ["--feature-map", "elu"]),
@@ -155,7 +172,7 @@ class Scale:
     keep_best: bool = True
     extrapolation: int = 4  # evaluate over this many training lengths
     buckets: int = 8  # perplexity by position: this many ranges of positions
-    mlm_models: Tuple[str, ...] = tuple(MLM_MODELS)
+    mlm_models: Tuple[str, ...] = QUALITY_MLM_MODELS
     lm_models: Tuple[str, ...] = (SOFTMAX_LM, LINEAR_LM, "linear relu", "linear FAVOR+")
     mechanism_models: Tuple[str, ...] = MECHANISM_MODELS
     seed: int = 1  # every training run's (--seed: a second seed for the spread of a headline number)
@@ -219,6 +236,7 @@ class Quality:
         self.work, self.s, self.data, self.prefix, self.resume = work, scale, data, prefix, resume
         self._ffn: Dict[str, int] = {}  # the causal LMs' FFN widths at equal parameters, once each
         self.runs: Dict[tuple, Dict] = {}
+        self.scratch_runs: Dict[tuple, Dict] = {}  # finetunings from random weights, by their key
         self._data_digest: Optional[str] = None
 
     # ---------------------------------------------------------------------------------------- training
@@ -339,27 +357,35 @@ class Quality:
             run["test_ppl"] = last(r"\| ppl ([0-9.]+)", log)
         return run
 
-    def finetune(self, name: str, echo=None) -> float:
-        """Dev accuracy (%) of the encoder pretrained as ``name``, finetuned on docstring classification."""
+    def finetune(self, name: str, echo=None, scratch: bool = False) -> float:
+        """Dev accuracy (%) of the encoder pretrained as ``name``, finetuned on the classification task; ``scratch``:
+        the same encoder and finetuning from random weights (what the pretraining buys)."""
         arch, options = MLM_MODELS[name]
+        if scratch:
+            return self.classify(None, arch, options(self.s.n), tag="scratch", echo=echo)
         return self.classify(self.masked_lm(name, self.s.n), arch, options(self.s.n), echo=echo)
 
-    def classify(self, pretrained: Dict, arch: str, options: List, tag: str = "", echo=None) -> float:
+    def classify(self, pretrained: Optional[Dict], arch: str, options: List, tag: str = "", echo=None) -> float:
         """Dev accuracy (%) of the masked-LM run ``pretrained`` (an ``arch`` encoder with ``options``; ``tag`` tells
-        apart runs of the same encoder), finetuned on docstring classification: the best validation's, or
-        (keep_best False) the last one's, the model the run saved."""
-        if "dev_accuracy" not in pretrained:
-            s = self.s
-            run = self.train(("cls", arch, s.n, *options, *([tag] if tag else [])), [
+        apart runs of the same encoder; None: from random weights), finetuned on the classification task: the best
+        validation's, or (keep_best False) the last one's, the model the run saved. Every dev example is scored
+        (``--required-batch-size-multiple 1``: fairseq's default of 8 drops the last few)."""
+        s = self.s
+        key = ("cls", arch, s.n, *options, *([tag] if tag else []))
+        record = pretrained if pretrained is not None else self.scratch_runs.setdefault(key, {})
+        if "dev_accuracy" not in record:
+            start = [] if pretrained is None else ["--restore-file", pretrained["best"], "--reset-optimizer",
+                                                   "--reset-dataloader", "--reset-meters"]
+            run = self.train(key, [
                 self.data.cls, "--task", "sentence_prediction", "--criterion", "sentence_prediction",
-                "--num-classes", 3, "--init-token", 0, "--separator-token", 2, *self.encoder(arch, s.n),
-                *options, "--shorten-method", "truncate", "--restore-file", pretrained["best"],
-                "--reset-optimizer", "--reset-dataloader", "--reset-meters", "--best-checkpoint-metric", "accuracy",
-                "--maximize-best-checkpoint-metric", "--find-unused-parameters", "--dropout", FINETUNE_DROPOUT],
+                "--num-classes", self.data.classes, "--init-token", 0, "--separator-token", 2,
+                *self.encoder(arch, s.n), *options, "--shorten-method", "truncate", *start,
+                "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric", "--find-unused-parameters",
+                "--dropout", FINETUNE_DROPOUT, "--required-batch-size-multiple", 1],
                 s.finetune_updates, s.finetune_lr, 32, metric="accuracy", echo=echo)
             accuracies = [accuracy for _, accuracy in run["curve"]]
-            pretrained["dev_accuracy"] = max(accuracies) if s.keep_best else accuracies[-1]
-        return pretrained["dev_accuracy"]
+            record["dev_accuracy"] = max(accuracies) if s.keep_best else accuracies[-1]
+        return record["dev_accuracy"]
 
     def lm_ffn(self, name: str) -> int:
         """The FFN width of the causal LM ``name``: the scale's, or (Scale.equal_parameters) the width that gives it
