@@ -177,7 +177,9 @@ def test_evaluating_zero_tokens_is_an_error(mlm_data, lm_checkpoint, tmp_path):
     checkpoint = lm_checkpoint / "checkpoint_last.pt"
     log = run("fairseq-eval-lm", mlm_data, "--user-dir", USER_DIR, "--path", checkpoint, "--cpu", check=False)
     assert "samples are longer than the model accepts (max_positions=64), so none is left" in log
-    assert "--context-window" in log and "--tokens-per-sample" in log and "Perplexity" not in log
+    # the fix is shorter samples: a larger --tokens-per-sample (what the message once advised) only makes longer ones
+    assert "make the samples at most 64 tokens" in log and "--tokens-per-sample 64 or less" in log
+    assert "--context-window" in log and "Perplexity" not in log
     assert log.returncode != 0
     log = run("fairseq-validate", mlm_data, "--user-dir", USER_DIR, "--task", "language_modeling", "--path",
               checkpoint, "--cpu", "--tokens-per-sample", "4", "--sample-break-mode", "eos",
