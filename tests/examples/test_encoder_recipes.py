@@ -17,10 +17,14 @@ def encoder_work(tmp_path_factory):
 
 def test_linformer_roberta_recipe(encoder_work):
     work, log = encoder_work
-    for save in ("linformer_roberta_base", "roberta_base", "pair", "warm"):
+    for save in ("linformer_roberta_base", "roberta_base", "pair", "debian", "warm"):
         assert (work / "checkpoints" / save / "checkpoint_last.pt").exists(), save
-    assert log.count("valid on 'test' subset") == 2  # step 3, both models
+    assert log.count("valid on 'test' subset") == 3  # step 3, both models; step 5's labelled test split
     assert re.search(r"valid on 'valid' subset .*\| accuracy [0-9.]+", log)  # step 4
+    assert re.search(r"valid on 'test' subset .*\| accuracy [0-9.]+", log)  # step 5: the test split has its labels
+    # step 5: the hub names the predicted labels, with the sentencepiece model kept beside the finetuned checkpoint
+    assert re.search(r"Real-time strategy game of ancient warfare -> (admin|games|graphics|net|science|sound)\n", log)
+    assert (work / "checkpoints" / "debian" / "sentencepiece.bpe.model").is_file()
     assert "copied" in log and "Loaded checkpoint" in log  # step 5: the converter's summary, then training from it
 
 
