@@ -7,7 +7,6 @@ import functools
 import os
 
 
-
 def our_model_class(path: str):
     """The class of our model that the checkpoint at ``path`` holds, or None (not a file, not ours, unreadable)."""
     if not os.path.isfile(path):

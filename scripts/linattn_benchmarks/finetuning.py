@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Dict, List
 
 from .fairseq_runs import CorpusData, prepare_corpus, prepare_debian, say
-from .quality import FINETUNE_DROPOUT, MLM_MODELS, Quality
 from .machine import machine_line
+from .quality import FINETUNE_DROPOUT, MLM_MODELS, Quality
 from .report import md_table, pyplot, titled
 from .runner import ROOT, Study, entry_point, names_among, positive_floats, positive_int, scale_work_dir
 

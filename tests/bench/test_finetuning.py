@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from linattn_benchmarks.finetuning import FinetuningBenchmark, render, accuracy_on_test
+from linattn_benchmarks.finetuning import FinetuningBenchmark, accuracy_on_test, render
 from linattn_benchmarks.runner import ROOT, parse_args
 
 MACHINE = {"cpu": "test CPU", "usable_cores": 2, "mem_total_gb": 1, "torch": "x", "threads": 2, "python": "3.11"}
