@@ -25,7 +25,7 @@ def test_main_job_quick_runs_every_stage_and_reports(tmp_path):
     assert 1 < unigram < 2 * summary["scale"]["vocab"]
     for name in ("roberta", "linformer_roberta"):
         assert math.isfinite(summary[name]["test_mlm_ppl"]) and summary[name]["test_mlm_ppl"] > 1
-        assert 0 <= summary[name]["dev_accuracy"] <= 100
+        assert 0 <= summary[name]["dev_accuracy"] <= 100 and 0 <= summary[name]["scratch_dev_accuracy"] <= 100
     for name in ("transformer_lm", "linear_transformer_lm"):
         assert math.isfinite(summary[name]["test_ppl"]) and summary[name]["test_ppl"] > 1
         assert summary[name]["seconds_per_update"] > 0
@@ -37,7 +37,9 @@ def test_main_job_quick_runs_every_stage_and_reports(tmp_path):
     for name in ("roberta", "linformer_roberta", "transformer_lm", "linear_transformer_lm"):
         checkpoint = Path(summary[name]["checkpoint"])
         assert checkpoint.is_file() and (checkpoint.parent / "sentencepiece.bpe.model").is_file(), name
-    assert len(list((work / "checkpoints").glob("cls-*/checkpoint_best.pt"))) == 2  # the finetuned encoders
+    # the finetuned encoders, and the same two trained on the task from random weights
+    assert len(list((work / "checkpoints").glob("cls-*/checkpoint_best.pt"))) == 4
+    assert len(list((work / "checkpoints").glob("cls-*scratch/checkpoint_best.pt"))) == 2
     assert set(summary["stage_seconds"]) == {"binarize", "pretrain", "finetune", "language_models", "sample"}
     # the curves: the training loss at every logged interval (every update at this size), and the validations
     for name, updates in (("roberta", "mlm_updates"), ("linformer_roberta", "mlm_updates"),
@@ -56,5 +58,6 @@ def test_main_job_quick_runs_every_stage_and_reports(tmp_path):
 
     table = (work / "summary.md").read_text()
     assert "x unigram" in table and "points over majority" in table and "15% masked" in table
+    assert "over from scratch" in table and "(dev), from scratch" in table
     assert (work / "curves.png").stat().st_size > 0
     assert "| linear_transformer_lm | causal LM (test, n=1024" in stdout
