@@ -32,9 +32,8 @@ from linattn_benchmarks.quality import LINEAR_LM, SOFTMAX_LM, Quality, Scale
 ROOT = Path(__file__).resolve().parents[1]
 
 # the study's model names -> the names the main job reports them under
-# k = n/4 = 16, E/F started as window averages (--compress-init average): fairseq's Xavier start mixes every position
-# with random signs, and softmax over such mixes cannot single out a token (results/linformer_finetuning.md)
-ENCODERS = {"roberta": "roberta", "linformer k=n/4 average-init": "linformer_roberta"}
+# k = n/4 = 16, E/F as fairseq's examples/linformer starts them (results/linformer_finetuning.md: the other starts)
+ENCODERS = {"roberta": "roberta", "linformer k=n/4": "linformer_roberta"}
 LMS = {SOFTMAX_LM: "transformer_lm", LINEAR_LM: "linear_transformer_lm"}
 
 # Masked LM at n=64: at n=128 the encoders stayed near 0.64x unigram whatever the learning rate, width, vocabulary

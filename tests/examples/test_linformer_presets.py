@@ -40,5 +40,5 @@ def test_the_small_preset_is_the_main_jobs_scale(tmp_path):
 def test_the_base_preset_is_robertas_and_the_environment_wins(tmp_path):
     base = settings(tmp_path)
     assert (base["N"], base["K"], base["LR"], base["FT_LR"], base["SIZE"]) == ("512", "128", "5e-4", "2e-5", "")
-    assert settings(tmp_path, PRESET="small", K="8", LINFORMER="")["K"] == "8"
-    assert settings(tmp_path, PRESET="small", LINFORMER="")["LINFORMER"] == ""  # fairseq's Xavier start, if asked
+    assert settings(tmp_path, PRESET="small", K="8")["K"] == "8"
+    assert settings(tmp_path, LINFORMER="--compress-init average")["LINFORMER"] == "--compress-init average"
