@@ -234,10 +234,11 @@ def data_problem(args):
     return None
 
 
-# the options that shape a model's tensors: a --restore-file trained with other values does not load
+# the options that shape a model's tensors: a --restore-file trained with other values does not load (the positions and
+# Linformer's k are told where the checkpoint is loaded, with the identity options: checkpoints/fit.py)
 STRUCTURE_OPTIONS = ("encoder_normalize_before", "decoder_normalize_before", "encoder_layers", "encoder_embed_dim",
                      "encoder_ffn_embed_dim", "encoder_attention_heads", "decoder_layers", "decoder_embed_dim",
-                     "decoder_ffn_embed_dim", "decoder_attention_heads", "max_positions")
+                     "decoder_ffn_embed_dim", "decoder_attention_heads")
 
 
 def restore_problem(args):
