@@ -34,7 +34,7 @@ from typing import Dict, List
 
 from .fairseq_runs import CorpusData, prepare_corpus, prepare_debian, say
 from .machine import machine_line
-from .quality import FINETUNE_DROPOUT, MLM_MODELS, Quality
+from .quality import MLM_MODELS, Quality
 from .report import md_table, pyplot, titled
 from .runner import ROOT, Study, entry_point, names_among, positive_floats, positive_int, scale_work_dir
 
@@ -68,19 +68,11 @@ class Finetuning:
     def run(self, model: str, start: str, lr: float, seed: int) -> Dict:
         arch, options = MLM_MODELS[model]
         s, options = self.s, options(self.s.n)
-        begin = []
-        if start == "pretrained":
-            pretrained = self.study.masked_lm(model, s.n)
-            begin = ["--restore-file", pretrained["best"], "--reset-optimizer", "--reset-dataloader", "--reset-meters"]
+        pretrained = self.study.masked_lm(model, s.n) if start == "pretrained" else None
         subsets = "valid,test" if self.has_test else "valid"
-        run = self.study.train(
-            ("cls", arch, s.n, *options, start, f"lr{lr:g}", f"seed{seed}"),
-            [self.data.cls, "--task", "sentence_prediction", "--criterion", "sentence_prediction",
-             "--num-classes", self.data.classes, "--init-token", 0, "--separator-token", 2,
-             *self.study.encoder(arch, s.n), *options, "--shorten-method", "truncate", *begin,
-             "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric", "--find-unused-parameters",
-             "--dropout", FINETUNE_DROPOUT, "--required-batch-size-multiple", 1, "--valid-subset", subsets],
-            s.finetune_updates, lr, 32, metric="accuracy", seed=seed)
+        run = self.study.train(("cls", arch, s.n, *options, start, f"lr{lr:g}", f"seed{seed}"),
+                               [*self.study.finetune_args(pretrained, arch, options), "--valid-subset", subsets],
+                               s.finetune_updates, lr, 32, metric="accuracy", seed=seed)
         log = Path(run["log"]).read_text(errors="replace")
         row = {"dev": run["curve"][-1][1]}
         if self.has_test:
@@ -119,6 +111,14 @@ class FinetuningBenchmark(Study):
     def problem(self, args) -> str:
         if args.models[0] != "roberta":
             return f"--models {','.join(args.models)}: give roberta first (the baseline of every comparison)"
+        if "debian" in args.tasks:
+            from fairseq_linattn.data.debian_packages import find_package_lists
+            from fairseq_linattn.data.inputs import InputError
+
+            try:  # the task reads this machine's apt lists: said now, not after the first task's hour
+                find_package_lists()
+            except InputError as error:
+                return f"--tasks debian: {error} (or leave it out: --tasks docstrings)"
         return ""
 
     def measure(self, args, data):
@@ -136,7 +136,7 @@ class FinetuningBenchmark(Study):
             corpus = (prepare_corpus(folder, scale.corpus_chars, scale.vocab) if task == "docstrings"
                       else prepare_debian(folder, scale.vocab))
             runs = Finetuning(folder, scale, corpus, has_test=task == "debian")
-            result = out["tasks"].setdefault(task, {"majority": majority(corpus), "models": {}})
+            result = out["tasks"].setdefault(task, {"majority": corpus.majority_baseline, "models": {}})
             for model in args.models:
                 pretrained = runs.study.masked_lm(model, scale.n)
                 entry = result["models"].setdefault(model, {"test_mlm_ppl": pretrained["test_ppl"],
@@ -161,11 +161,6 @@ class FinetuningBenchmark(Study):
 
     def plot(self, data):
         return plot(data)
-
-
-def majority(corpus: CorpusData) -> float:
-    counts = corpus.summary.classification.get("dev") or {}
-    return round(100 * max(counts.values()) / sum(counts.values()), 1)
 
 
 def metric_of(task: Dict) -> str:

@@ -374,18 +374,22 @@ class Quality:
         key = ("cls", arch, s.n, *options, *([tag] if tag else []))
         record = pretrained if pretrained is not None else self.scratch_runs.setdefault(key, {})
         if "dev_accuracy" not in record:
-            start = [] if pretrained is None else ["--restore-file", pretrained["best"], "--reset-optimizer",
-                                                   "--reset-dataloader", "--reset-meters"]
-            run = self.train(key, [
-                self.data.cls, "--task", "sentence_prediction", "--criterion", "sentence_prediction",
-                "--num-classes", self.data.classes, "--init-token", 0, "--separator-token", 2,
-                *self.encoder(arch, s.n), *options, "--shorten-method", "truncate", *start,
-                "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric", "--find-unused-parameters",
-                "--dropout", FINETUNE_DROPOUT, "--required-batch-size-multiple", 1],
-                s.finetune_updates, s.finetune_lr, 32, metric="accuracy", echo=echo)
+            run = self.train(key, self.finetune_args(pretrained, arch, options), s.finetune_updates, s.finetune_lr, 32,
+                             metric="accuracy", echo=echo)
             accuracies = [accuracy for _, accuracy in run["curve"]]
             record["dev_accuracy"] = max(accuracies) if s.keep_best else accuracies[-1]
         return record["dev_accuracy"]
+
+    def finetune_args(self, pretrained: Optional[Dict], arch: str, options: List) -> List:
+        """fairseq-train's sentence_prediction flags for an ``arch`` encoder with ``options``, starting from the
+        masked-LM run ``pretrained`` (None: random weights); every validation example scored."""
+        start = [] if pretrained is None else ["--restore-file", pretrained["best"], "--reset-optimizer",
+                                               "--reset-dataloader", "--reset-meters"]
+        return [self.data.cls, "--task", "sentence_prediction", "--criterion", "sentence_prediction",
+                "--num-classes", self.data.classes, "--init-token", 0, "--separator-token", 2,
+                *self.encoder(arch, self.s.n), *options, "--shorten-method", "truncate", *start,
+                "--best-checkpoint-metric", "accuracy", "--maximize-best-checkpoint-metric", "--find-unused-parameters",
+                "--dropout", FINETUNE_DROPOUT, "--required-batch-size-multiple", 1]
 
     def lm_ffn(self, name: str) -> int:
         """The FFN width of the causal LM ``name``: the scale's, or (Scale.equal_parameters) the width that gives it
